@@ -1,0 +1,1 @@
+"""A torchrun-launched distributed reinforcement-learning training harness."""

@@ -1,0 +1,63 @@
+"""What every algorithm provides to the harness.
+
+An algorithm is one file: a config dataclass, the policy module that collectors
+act with (its weights are what the sync scheme publishes), and the trainer-side
+``update`` that learns from collectors' batches.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar, Mapping
+
+import torch
+from omegaconf import MISSING
+from tensordict import TensorDict
+from torch import nn
+
+from harness.collect.envs import EnvSpec
+
+
+@dataclass
+class AlgoConfig:
+    """Fields every algorithm has."""
+
+    name: str = MISSING  # registry key: ppo, ...
+
+
+class Policy(nn.Module, abc.ABC):
+    """The module a collector runs. ``forward`` maps a batch of observations to
+    a TensorDict holding ``action`` and whatever else the algorithm needs per
+    frame (PPO: ``logprob``); every field is stored in the batch."""
+
+    @abc.abstractmethod
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}) -> TensorDict: ...
+
+
+class Algorithm(abc.ABC):
+    """Trainer-side half: networks, optimisers and the update."""
+
+    Config: ClassVar[type[AlgoConfig]]
+    # Named floats sent to collectors with every publish (DQN: epsilon).
+    header_values: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int):
+        self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
+
+    @classmethod
+    @abc.abstractmethod
+    def make_policy(cls, cfg: AlgoConfig, spec: EnvSpec) -> Policy:
+        """The collectors' module; trainers build the same one and train it."""
+
+    @abc.abstractmethod
+    def published_models(self) -> dict[str, nn.Module]:
+        """The models whose weights travel to collectors, by name."""
+
+    @abc.abstractmethod
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+        """Learn from one round of collectors' batches; ``frames`` counts env
+        frames before them. Returns metrics named ``train/...``."""
+
+    def values_for_header(self, frames: int) -> dict[str, float]:
+        return {}

@@ -1,0 +1,166 @@
+"""Proximal Policy Optimisation, as CleanRL's ``ppo.py`` does it.
+
+Clipped surrogate objective, clipped value loss, entropy bonus, GAE,
+per-minibatch advantage normalisation, linear learning-rate annealing and
+global gradient-norm clipping. Collectors run the actor and record each
+action's log-probability; the trainer evaluates the critic on the whole round,
+so only the actor's weights travel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from harness.algos.base import AlgoConfig, Algorithm, Policy
+from harness.algos.gae import gae
+from harness.algos.nets import mlp
+from harness.collect.envs import EnvSpec
+
+
+@dataclass
+class PPOConfig(AlgoConfig):
+    """Defaults are CleanRL's ``ppo.py`` (CartPole)."""
+
+    name: str = "ppo"
+    lr: float = 2.5e-4  # Adam learning rate at the start of the run
+    anneal_lr: bool = True  # decay the learning rate linearly to 0 at collector.total_frames
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE's bias/variance trade-off
+    update_epochs: int = 4  # passes over each round's frames
+    num_minibatches: int = 4  # minibatches per pass
+    norm_adv: bool = True  # normalise advantages within each minibatch
+    clip_coef: float = 0.2  # surrogate clipping range
+    clip_vloss: bool = True  # clip the value loss around the old values
+    ent_coef: float = 0.01  # entropy bonus weight
+    vf_coef: float = 0.5  # value loss weight
+    max_grad_norm: float = 0.5  # global gradient-norm clip
+    target_kl: Optional[float] = None  # stop the epochs early past this approximate KL
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "update_epochs", "num_minibatches", "clip_coef"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"algo.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"algo.{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+class PPOPolicy(Policy):
+    """The actor: categorical logits, or a Gaussian mean with a learned,
+    state-independent log standard deviation for continuous actions."""
+
+    def __init__(self, spec: EnvSpec, hidden_sizes: list[int]):
+        super().__init__()
+        self.discrete = spec.discrete
+        obs_dim = int(torch.tensor(spec.obs_shape).prod())
+        self.net = mlp(obs_dim, hidden_sizes, spec.num_actions, out_std=0.01)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
+
+    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        out = self.net(obs.flatten(1))
+        if self.discrete:
+            return Categorical(logits=out)
+        return Normal(out, self.log_std.exp().expand_as(out))
+
+    def log_prob_entropy(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs)
+        if self.discrete:
+            return dist.log_prob(action), dist.entropy()
+        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
+
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}) -> TensorDict:
+        dist = self.distribution(obs)
+        action = dist.sample()
+        logprob = dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
+        return TensorDict(action=action, logprob=logprob, batch_size=obs.shape[:1])
+
+
+class PPO(Algorithm):
+    Config = PPOConfig
+
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int):
+        super().__init__(cfg, spec, total_frames)
+        self.actor = self.make_policy(cfg, spec)
+        obs_dim = int(torch.tensor(spec.obs_shape).prod())
+        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
+        params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+
+    @classmethod
+    def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
+        return PPOPolicy(spec, cfg.hidden_sizes)
+
+    def published_models(self) -> dict[str, nn.Module]:
+        return {"policy": self.actor}
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs.flatten(-len(self.spec.obs_shape))).squeeze(-1)
+
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+        cfg = self.cfg
+        rollout = torch.cat([b["rollout"] for b in batches], dim=1)  # [T, N]
+        next_obs = torch.cat([b["next_obs"] for b in batches], dim=0)  # [N, ...]
+        with torch.no_grad():
+            values = self.value(rollout["obs"])
+            advantages = gae(rollout["reward"], values, rollout["done"], self.value(next_obs), cfg.gamma, cfg.gae_lambda)
+        returns = advantages + values
+
+        flat = rollout.select("obs", "action", "logprob").reshape(-1)
+        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set("value", values.reshape(-1))
+        lr = cfg.lr * (1.0 - frames / self.total_frames) if cfg.anneal_lr else cfg.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        size = flat.shape[0]
+        minibatch = max(size // cfg.num_minibatches, 1)
+        clipfracs, approx_kl = [], torch.zeros(())
+        for _ in range(cfg.update_epochs):
+            for idx in torch.randperm(size).split(minibatch):
+                mb = flat[idx]
+                logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"])
+                logratio = logprob - mb["logprob"]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
+                    clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean())
+
+                adv = mb["advantage"]
+                if cfg.norm_adv:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+
+                new_value = self.value(mb["obs"])
+                if cfg.clip_vloss:
+                    clipped = mb["value"] + (new_value - mb["value"]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                    v_loss = 0.5 * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
+                else:
+                    v_loss = 0.5 * ((new_value - mb["return"]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], cfg.max_grad_norm)
+                self.optimizer.step()
+            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+                break
+
+        var_returns = returns.var()
+        explained_var = float("nan") if var_returns == 0 else float(1 - (returns - values).var() / var_returns)
+        return {
+            "train/policy_loss": pg_loss.item(),
+            "train/value_loss": v_loss.item(),
+            "train/entropy": entropy_loss.item(),
+            "train/approx_kl": approx_kl.item(),
+            "train/clipfrac": torch.stack(clipfracs).mean().item(),
+            "train/explained_variance": explained_var,
+            "train/lr": lr,
+        }

@@ -1,0 +1,97 @@
+"""Stepping envs with the local policy into a preallocated, packed batch.
+
+A batch is one message of the data channel:
+
+- ``rollout`` ``[T, N]``: ``obs``, the policy's outputs (``action``, ...),
+  ``reward``, ``terminated``, ``truncated``, ``done`` and the
+  ``policy_version`` that chose each action;
+- ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
+- ``stats``: episodes finished in this batch, the sum of their returns and lengths.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from harness.algos.base import Policy
+from harness.collect.envs import to_tensor
+from harness.packing import pack
+from harness.sync.contract import Header
+
+
+def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int) -> TensorDict:
+    """A packed, zero-filled batch. Collectors and trainers both build it from
+    the config (the policy's outputs on a dummy observation give the extra
+    fields), so the layout is known on both ends before any frame exists."""
+    obs = torch.zeros(num_envs, *obs_shape)
+    with torch.no_grad():
+        out = policy(obs)
+    frame = out.clone().update(
+        {
+            "obs": obs,
+            "reward": torch.zeros(num_envs),
+            "terminated": torch.zeros(num_envs, dtype=torch.bool),
+            "truncated": torch.zeros(num_envs, dtype=torch.bool),
+            "done": torch.zeros(num_envs, dtype=torch.bool),
+            "policy_version": torch.zeros(num_envs, dtype=torch.int64),
+        }
+    )
+    stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in ("episodes", "return_sum", "length_sum")})
+    batch = TensorDict(rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats)
+    return pack(batch.zero_())
+
+
+class RolloutCollector:
+    """Steps ``envs`` with ``policy`` and fills one packed batch per call.
+
+    The batch is reused: it is valid until the next ``collect``.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, frames_per_batch: int, seed: int):
+        self.envs, self.policy = envs, policy
+        self.num_envs = envs.num_envs
+        if frames_per_batch % self.num_envs:
+            raise ValueError(f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}")
+        self.steps = frames_per_batch // self.num_envs
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs)
+        self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
+        obs, _ = envs.reset(seed=seed)
+        self.obs = to_tensor(obs)
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    @torch.no_grad()
+    def collect(self, header: Header) -> TensorDict:
+        rollout, stats = self.batch["rollout"], self.batch["stats"]
+        stats.zero_()
+        rollout["policy_version"].fill_(header.version)
+        for t in range(self.steps):
+            out = self.policy(self.obs, header.values)
+            action = out["action"].numpy()
+            if self.clip is not None:
+                action = np.clip(action, *self.clip)  # store the sample, step the env with a legal action
+            obs, reward, terminated, truncated, _ = self.envs.step(action)
+            frame = rollout[t]
+            frame.update_(out)
+            frame["obs"].copy_(self.obs)
+            frame["reward"].copy_(torch.from_numpy(reward))
+            frame["terminated"].copy_(torch.from_numpy(terminated))
+            frame["truncated"].copy_(torch.from_numpy(truncated))
+            done = terminated | truncated
+            frame["done"].copy_(torch.from_numpy(done))
+            self.obs = to_tensor(obs)
+
+            self.episode_return += reward
+            self.episode_length += 1
+            if done.any():
+                stats["episodes"].add_(int(done.sum()))
+                stats["return_sum"].add_(float(self.episode_return[done].sum()))
+                stats["length_sum"].add_(float(self.episode_length[done].sum()))
+                self.episode_return[done] = 0
+                self.episode_length[done] = 0
+        self.batch["next_obs"].copy_(self.obs)
+        return self.batch

@@ -1,0 +1,118 @@
+"""Typed configuration, registered in Hydra's ConfigStore.
+
+``conf/`` holds the YAML groups (``algo/``, ``env/``, ``sync/``, ``logger/``,
+``experiment/``, ``debug/``); the dataclasses here are their schemas. Hydra
+type-checks every override while composing, and ``load`` runs the
+``__post_init__`` checks, all before any process group is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from harness.algos import ALGOS
+from harness.collect.envs import check_env_id
+from harness.sync import SCHEMES
+
+
+@dataclass
+class TopologyConfig:
+    """Which ranks do what."""
+
+    trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
+
+
+@dataclass
+class CollectorConfig:
+    """How collectors gather experience."""
+
+    mode: str = "sync"  # sync: in round r every collector acts with weights version r (on-policy)
+    num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
+    frames_per_batch: int = 256  # frames per collector per round; a multiple of num_envs
+    total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
+
+    def __post_init__(self) -> None:
+        if self.mode != "sync":
+            raise ValueError(f"collector.mode={self.mode!r}: only 'sync' exists so far")
+        if self.num_envs < 1 or self.frames_per_batch < 1 or self.total_frames < 1:
+            raise ValueError("collector.num_envs, frames_per_batch and total_frames must be >= 1")
+        if self.frames_per_batch % self.num_envs:
+            raise ValueError(
+                f"collector.frames_per_batch={self.frames_per_batch} is not a multiple of "
+                f"collector.num_envs={self.num_envs}: every env must take the same number of steps per batch"
+            )
+
+
+@dataclass
+class EnvConfig:
+    """A gymnasium environment; its specs are read from the env itself."""
+
+    id: str = "CartPole-v1"  # gymnasium id
+    max_episode_steps: Optional[int] = None  # override the registered time limit
+
+    def __post_init__(self) -> None:
+        check_env_id(self.id)
+
+
+@dataclass
+class SyncConfig:
+    """How policy weights reach the collectors (see docs/ and harness/sync/)."""
+
+    name: str = "gloo"  # gloo | none
+    timeout_s: float = 60.0  # longest wait for an update (and the longest gap between publishes)
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEMES:
+            raise ValueError(f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class LoggerConfig:
+    """Trainer 0's metrics: always a CSV in the run directory."""
+
+    log_every_frames: int = 10_000  # one CSV row (and console line) per this many frames
+    console: bool = True  # print a progress line per row
+
+
+@dataclass
+class Config:
+    """The whole job. Every rank composes the same one."""
+
+    algo: Any = MISSING  # one of conf/algo/*.yaml, typed by its algorithm's dataclass
+    env: EnvConfig = field(default_factory=EnvConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    seed: int = 1  # fixes every rank's envs and networks
+    run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
+    runs_root: str = "runs"  # where default run directories go
+    dist_timeout_s: float = 120.0  # start-up and data channel timeout
+
+    def __post_init__(self) -> None:
+        if self.topology.trainers != 1:
+            raise ValueError(f"topology.trainers={self.topology.trainers}: several trainers are not supported yet; use 1")
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.algo.name}-{self.env.id}"
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for name, algo in ALGOS.items():
+        cs.store(group="algo", name=f"{name}_schema", node=algo.Config)
+
+
+def load(cfg: DictConfig) -> Config:
+    """The composed config as typed objects; runs every ``__post_init__`` check."""
+    if cfg.get("algo") is None or cfg.algo.get("name") not in ALGOS:
+        raise ValueError(f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}")
+    return OmegaConf.to_object(cfg)

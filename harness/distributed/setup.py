@@ -1,0 +1,69 @@
+"""Process groups and the shared run directory, made once at start-up.
+
+Every rank creates every group in the same order (torch.distributed requires
+it), so each channel gets a group of its own and collectives never interleave.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from harness.distributed.topology import Layout
+
+
+@dataclass
+class Groups:
+    sync: dist.ProcessGroup  # trainer 0 + collectors: weights
+    data: dist.ProcessGroup  # every rank: batches, collectors -> trainers
+    trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
+
+
+def init_distributed(layout: Layout, timeout_s: float) -> Groups:
+    """Join the job's default group, then make one group per channel."""
+    timeout = timedelta(seconds=timeout_s)
+    try:
+        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout)
+    except (RuntimeError, dist.DistError) as e:
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        raise RuntimeError(
+            f"rank {layout.rank} ({layout.role}) gave up after {timeout_s:g} s waiting for all "
+            f"{layout.world_size} ranks to join at {where}: a rank never started or died. "
+            f"Check the other ranks' logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
+        ) from e
+    sync = dist.new_group([0, *layout.collector_ranks], timeout=timeout, backend="gloo")
+    data = dist.new_group(list(range(layout.world_size)), timeout=timeout, backend="gloo")
+    trainers = None
+    if layout.trainers > 1:
+        trainers = dist.new_group(list(range(layout.trainers)), timeout=timeout, backend="gloo")
+    return Groups(sync=sync, data=data, trainers=trainers)
+
+
+def shutdown_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def resolve_run_dir(run_dir: str | None, runs_root: str, name: str, layout: Layout) -> Path:
+    """One directory for the whole job, the same on every rank.
+
+    In order: ``run_dir=``; the SLURM job id; torchrun's run id; else a stamp
+    that rank 0 takes from its clock and sends to the others (never each
+    rank's own clock, which would split one job into many directories).
+    """
+    if run_dir:
+        return Path(run_dir)
+    if os.environ.get("SLURM_JOB_ID"):
+        return Path(runs_root) / f"{name}-slurm{os.environ['SLURM_JOB_ID']}"
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id != "none":
+        return Path(runs_root) / f"{name}-{run_id}"
+    stamp = [time.strftime("%Y%m%d-%H%M%S")]
+    if not layout.single_process:
+        dist.broadcast_object_list(stamp, src=0)
+    return Path(runs_root) / f"{name}-{stamp[0]}"

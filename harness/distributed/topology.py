@@ -1,0 +1,93 @@
+"""Who does what: the role of every rank, from torchrun's environment.
+
+Ranks ``0 .. T-1`` train (``T = topology.trainers``); every other rank
+collects. Collector ``c`` (counting from 0) feeds trainer ``c % T``. World
+size 1 is the debugging mode: the single rank trains and collects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class LayoutError(ValueError):
+    """A role layout that cannot work, with the layout asked for and a fix."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int
+    trainers: int
+
+    @classmethod
+    def from_env(cls, trainers: int, env: dict[str, str] | None = None) -> "Layout":
+        """Read torchrun's variables (all absent: a plain ``python`` run)."""
+        env = os.environ if env is None else env
+        layout = cls(
+            rank=int(env.get("RANK", 0)),
+            world_size=int(env.get("WORLD_SIZE", 1)),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            # torchrun calls the node rank GROUP_RANK; SLURM's srun NODEID.
+            node_rank=int(env.get("GROUP_RANK", env.get("SLURM_NODEID", 0))),
+            trainers=trainers,
+        )
+        layout.validate()
+        return layout
+
+    def validate(self) -> None:
+        if self.trainers < 1:
+            raise LayoutError(f"topology.trainers={self.trainers}: at least one rank must train.\n{self.describe()}")
+        if self.world_size == 1:
+            if self.trainers != 1:
+                raise LayoutError(
+                    f"topology.trainers={self.trainers} but this is a single-process run (world size 1).\n"
+                    f"Fix: set topology.trainers=1, or launch {self.trainers + 1}+ ranks with torchrun."
+                )
+            return
+        if self.trainers >= self.world_size:
+            raise LayoutError(
+                f"topology.trainers={self.trainers} with world size {self.world_size} leaves no rank to "
+                f"collect.\n{self.describe()}\nFix: launch more ranks (NPROC={self.trainers + 1} "
+                f"scripts/train.sh, or torchrun --nproc_per_node={self.trainers + 1}) or lower topology.trainers."
+            )
+        if not 0 <= self.rank < self.world_size:
+            raise LayoutError(f"RANK={self.rank} is outside WORLD_SIZE={self.world_size}")
+
+    @property
+    def single_process(self) -> bool:
+        return self.world_size == 1
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.rank < self.trainers
+
+    @property
+    def role(self) -> str:
+        if self.single_process:
+            return "trainer+collector"
+        return "trainer" if self.is_trainer else "collector"
+
+    @property
+    def collector_ranks(self) -> list[int]:
+        return list(range(self.trainers, self.world_size))
+
+    def trainer_of(self, collector_rank: int) -> int:
+        return (collector_rank - self.trainers) % self.trainers
+
+    def collectors_of(self, trainer_rank: int) -> list[int]:
+        return [c for c in self.collector_ranks if self.trainer_of(c) == trainer_rank]
+
+    def describe(self) -> str:
+        """The layout asked for, one line per role."""
+        trainers = f"ranks 0..{self.trainers - 1}" if self.trainers > 1 else "rank 0"
+        collectors = self.collector_ranks
+        cols = f"ranks {collectors[0]}..{collectors[-1]}" if len(collectors) > 1 else (
+            f"rank {collectors[0]}" if collectors else "none")
+        return (
+            f"layout asked for: world size {self.world_size}, topology.trainers={self.trainers}\n"
+            f"  trainers:   {trainers}\n  collectors: {cols}"
+        )

@@ -1,0 +1,66 @@
+"""Trainer 0's metrics: a CSV file in the run directory and a console line.
+
+The CSV is the embedded default and is always written: a header row, then one
+row per log step. A key that first appears later (an algorithm diagnostic that
+starts after warm-up, say) widens the header; the file is rewritten once.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+
+
+class CSVLog:
+    def __init__(self, path: Path):
+        self.path = path
+        self.columns: list[str] = []
+        self.rows: list[dict[str, float]] = []
+
+    def write(self, row: dict[str, float]) -> None:
+        self.rows.append(row)
+        new = [k for k in row if k not in self.columns]
+        if new or not self.path.exists():
+            self.columns += new
+            with self.path.open("w", newline="") as f:  # rare: only when the columns change
+                writer = csv.DictWriter(f, self.columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+        else:
+            with self.path.open("a", newline="") as f:
+                csv.DictWriter(f, self.columns).writerow(row)
+
+
+class ConsoleProgress:
+    """One line per log step: frames of total, speed, return, ETA."""
+
+    def __init__(self, total_frames: int, stream=sys.stdout):
+        self.total, self.stream = total_frames, stream
+
+    def write(self, row: dict[str, float]) -> None:
+        frames, elapsed = row["frames"], row["time_s"]
+        fps = frames / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - frames) / fps if fps > 0 else math.inf
+        ret = row.get("train/episode_return")
+        ret_text = f"{ret:8.1f}" if ret is not None and not math.isnan(ret) else "       -"
+        eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if math.isfinite(eta) else "--:--:--"
+        print(
+            f"[{100 * frames / self.total:5.1f}%] frames {int(frames):>9,}/{self.total:,} | "
+            f"{fps:8,.0f} fps | return {ret_text} | eta {eta_text}",
+            file=self.stream,
+            flush=True,
+        )
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, total_frames: int, console: bool = True):
+        self.start = time.monotonic()
+        self.sinks = [CSVLog(run_dir / "metrics.csv")] + ([ConsoleProgress(total_frames)] if console else [])
+
+    def log(self, frames: int, metrics: dict[str, float]) -> None:
+        row = {"frames": frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}
+        for sink in self.sinks:
+            sink.write(row)

@@ -1,0 +1,51 @@
+"""The entry point: one process per rank.
+
+    torchrun --nproc_per_node=3 -m harness.train                # 1 trainer + 2 collectors
+    torchrun --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000
+    python -m harness.train debug=tiny                          # world size 1: trains and collects
+
+Compose and validate the config, find this rank's role, make the process
+groups and the shared run directory, run the role's loop, shut down cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from harness.config import load, register_configs
+from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
+from harness.distributed.topology import Layout
+from harness.roles.collector import run_collector
+from harness.roles.trainer import run_trainer
+
+log = logging.getLogger("harness")
+register_configs()
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(raw: DictConfig) -> None:
+    cfg = load(raw)  # every value checked before any process group exists
+    layout = Layout.from_env(cfg.topology.trainers)
+    if layout.rank != 0:
+        logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
+    try:
+        groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s)
+        run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
+        if layout.rank == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(raw, run_dir / "config.yaml", resolve=True)
+            log.info("run_dir: %s", run_dir)
+            log.info("%s", layout.describe())
+        if layout.is_trainer:
+            run_trainer(cfg, layout, groups, run_dir)
+        else:
+            run_collector(cfg, layout, groups)
+    finally:
+        shutdown_distributed()
+
+
+if __name__ == "__main__":
+    main()
