@@ -43,7 +43,7 @@ class ConsoleProgress:
     def write(self, row: dict[str, float]) -> None:
         frames, elapsed = row["frames"], row["time_s"]
         fps = frames / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - frames) / fps if fps > 0 else math.inf
+        eta = max(self.total - frames, 0) / fps if fps > 0 else math.inf
         ret = row.get("train/episode_return")
         ret_text = f"{ret:8.1f}" if ret is not None and not math.isnan(ret) else "       -"
         eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if math.isfinite(eta) else "--:--:--"

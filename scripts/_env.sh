@@ -1,0 +1,27 @@
+# Sourced by train.sh and test.sh: create .venv if it is missing and install
+# the project into it (editable) with the extras named in $EXTRAS.
+#
+# torch is installed first and pinned (TORCH_SPEC), so that resolving the
+# project's other dependencies never pulls a multi-GB CUDA build onto a CPU
+# machine. On a GPU cluster, set TORCH_SPEC (and PIP_INDEX_URL if needed) to
+# the CUDA build you want before the first run.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+EXTRAS=${EXTRAS:-}
+PY=${PYTHON:-python3}
+
+stamp="$VENV/.installed-${EXTRAS:-base}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+  echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC)" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  touch "$stamp"
+fi
+# Oversubscribed intra-op threads make every rank slower when several share a machine.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

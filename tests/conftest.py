@@ -1,0 +1,80 @@
+"""Shared helpers: spawn real gloo ranks, run the real launcher."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(target, rank, world_size, port, queue, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+    try:
+        queue.put((rank, "ok", target(rank, world_size, *args)))
+    except BaseException as e:  # report every failure to the parent, typed by name
+        queue.put((rank, type(e).__name__, f"{e}\n{traceback.format_exc()}"))
+
+
+def run_ranks(target, world_size: int, *args, ranks=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
+    """Run ``target(rank, world_size, *args)`` in one spawned process per rank
+    (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
+    status is ``"ok"`` or the exception's class name. Ranks that hang past
+    ``timeout`` are killed and reported as ``"hung"``."""
+    ctx = mp.get_context("spawn")
+    queue, port = ctx.Queue(), free_port()
+    ranks = list(range(world_size)) if ranks is None else ranks
+    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args)) for r in ranks}
+    for p in procs.values():
+        p.start()
+    results = {}
+    import queue as queue_mod
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len(results) < len(ranks) and time.monotonic() < deadline:
+        try:
+            rank, status, value = queue.get(timeout=0.5)
+            results[rank] = (status, value)
+        except queue_mod.Empty:
+            if all(not p.is_alive() for p in procs.values()) and queue.empty():
+                break
+    for r, p in procs.items():
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        results.setdefault(r, ("hung", None) if p.exitcode in (None, -9) else ("died", p.exitcode))
+    return results
+
+
+def run_harness(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m harness.train`` (nproc 1) or ``torchrun`` with ``args``."""
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "harness.train", *args]
+    else:
+        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train", *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Runs happen in a temporary directory (MuJoCo and runs/ write into the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

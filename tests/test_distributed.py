@@ -1,0 +1,101 @@
+"""Start-up across real ranks: bounded joins and one shared run directory."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from conftest import run_ranks
+from harness.collect.rollout import batch_template
+from harness.data.channel import BatchReceiver, BatchSender, ChannelError
+from harness.distributed.setup import init_distributed, resolve_run_dir
+from harness.distributed.topology import Layout
+from harness.algos.ppo import PPO, PPOConfig
+from harness.collect.envs import env_spec
+
+
+def join(rank, world, timeout_s):
+    start = time.monotonic()
+    try:
+        init_distributed(Layout.from_env(1), timeout_s)
+    except RuntimeError as e:
+        return str(e), time.monotonic() - start
+    return "joined", 0.0
+
+
+def test_a_rank_that_never_joins_fails_start_up_within_the_timeout():
+    results = run_ranks(join, 3, 3.0, ranks=[0, 1])  # rank 2 never starts
+    for rank in (0, 1):
+        message, elapsed = results[rank][1]
+        assert f"rank {rank}" in message and "all 3 ranks" in message, message
+        assert elapsed < 20
+
+
+def shared_dir(rank, world):
+    layout = Layout.from_env(1)
+    init_distributed(layout, 20)
+    if rank == 1:
+        time.sleep(1.5)  # a different clock second, were it read here
+    return str(resolve_run_dir(None, "runs", "ppo-CartPole-v1", layout))
+
+
+def test_every_rank_gets_the_same_run_dir(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    results = run_ranks(shared_dir, 3)
+    dirs = {value for _, value in results.values()}
+    assert len(dirs) == 1 and next(iter(dirs)).startswith("runs/ppo-CartPole-v1-"), results
+
+
+def test_run_dir_override_and_job_ids(monkeypatch):
+    layout = Layout.from_env(1, env={})
+    assert str(resolve_run_dir("/x/y", "runs", "n", layout)) == "/x/y"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-slurm42"
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
+    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-abc"
+
+
+def template():
+    policy = PPO.make_policy(PPOConfig(), env_spec("CartPole-v1"))
+    return batch_template(policy, (4,), steps=8, num_envs=2)
+
+
+def channel(rank, world, rounds, die_rank):
+    groups = init_distributed(Layout.from_env(1), 20)
+    if rank == 0:
+        receiver = BatchReceiver(groups.data, 0, [1, 2], template(), timeout_s=5)
+        got = []
+        try:
+            for _ in range(rounds):
+                got.append([b["rollout", "obs"].clone() for b in receiver.receive()])
+        except ChannelError as e:
+            return "error", str(e)
+        return "batches", [[t.tolist() for t in r] for r in got]
+    sender = BatchSender(groups.data, rank, 0, template(), timeout_s=5)
+    if rank == die_rank:
+        return None  # exits without sending: the trainer must notice
+    batch = template()
+    for r in range(rounds):
+        batch["rollout", "obs"].copy_(torch.full((8, 2, 4), 10.0 * rank + r))
+        sender.send(batch)
+    return None
+
+
+def test_data_channel_delivers_each_collectors_batches_bit_exact():
+    results = run_ranks(channel, 3, 3, None)
+    kind, rounds = results[0][1]
+    assert kind == "batches"
+    for r, (from1, from2) in enumerate(rounds):
+        assert torch.equal(torch.tensor(from1), torch.full((8, 2, 4), 10.0 + r))
+        assert torch.equal(torch.tensor(from2), torch.full((8, 2, 4), 20.0 + r))
+
+
+def test_dead_collector_is_named_by_the_trainer():
+    start = time.monotonic()
+    results = run_ranks(channel, 3, 2, 2)
+    kind, message = results[0][1]
+    assert kind == "error" and "collector rank 2" in message, results[0]
+    assert time.monotonic() - start < 30
