@@ -1,0 +1,88 @@
+"""Unit tests: GAE by hand, packed payloads, the in-process scheme, metrics CSV."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from torch import nn
+
+from harness.algos.gae import gae
+from harness.metrics.logger import CSVLog
+from harness.packing import buffer_of, first_difference, pack, schema
+from harness.sync.contract import Header, Payload
+from harness.sync.local import local_pair
+from tensordict import TensorDict
+
+
+def test_gae_matches_a_hand_computed_case():
+    # One env, three steps, the episode ends at step 1; gamma 0.5, lambda 0.5.
+    reward = torch.tensor([[1.0], [2.0], [3.0]])
+    value = torch.tensor([[0.5], [1.0], [2.0]])
+    done = torch.tensor([[False], [True], [False]])
+    next_value = torch.tensor([4.0])
+    adv = gae(reward, value, done, next_value, gamma=0.5, lam=0.5)
+    d2 = 3 + 0.5 * 4 - 2  # 3.0, bootstraps from next_value
+    d1 = 2 - 1.0  # 1.0, terminal: no bootstrap, no carry
+    d0 = 1 + 0.5 * 1.0 - 0.5  # 1.0
+    a0 = d0 + 0.25 * d1
+    assert torch.allclose(adv.squeeze(1), torch.tensor([a0, d1, d2]))
+
+
+def test_schema_is_sorted_and_names_the_first_difference():
+    a = schema(TensorDict(b=torch.zeros(2), a=torch.zeros(3, dtype=torch.int64)))
+    assert a == ["a (3,) int64", "b (2,) float32"]
+    b = schema(TensorDict(b=torch.zeros(5), a=torch.zeros(3, dtype=torch.int64)))
+    assert first_difference(a, b) == "here 'b (2,) float32', there 'b (5,) float32'"
+    assert "exists only here" in first_difference(a, a[:1])
+
+
+def test_pack_puts_every_leaf_in_one_buffer():
+    packed = pack(TensorDict(x=torch.ones(3), y=TensorDict(z=torch.full((2,), 7, dtype=torch.int64))))
+    buf = buffer_of(packed)
+    assert buf.dtype == torch.uint8 and 3 * 4 + 2 * 8 <= buf.numel() <= 3 * 4 + 2 * 8 + 8  # + alignment
+    buf.zero_()
+    assert packed["x"].sum() == 0 and packed["y", "z"].sum() == 0
+
+
+def test_bound_models_view_the_live_buffer_so_apply_is_one_copy():
+    model = nn.Linear(3, 2)
+    payload = Payload({"policy": model})
+    payload.bind({"policy": model})
+    payload.buffer.fill_(0)
+    assert model.weight.abs().sum() == 0 and model.bias.abs().sum() == 0
+    start, end = payload.buffer.data_ptr(), payload.buffer.data_ptr() + payload.buffer.numel()
+    assert all(start <= p.data_ptr() < end for p in model.parameters())
+
+
+def test_header_values_must_match_what_connect_declared():
+    payload = Payload({"policy": nn.Linear(2, 2)}, ("epsilon",))
+    with pytest.raises(ValueError, match="epsilon"):
+        payload.write_header(Header(1, values={}))
+
+
+def test_in_process_scheme_delivers_the_newest_version():
+    trainer, collector = nn.Linear(4, 2), nn.Linear(4, 2)
+    publisher, subscriber = local_pair(timeout_s=1)
+    publisher.connect({"policy": trainer})
+    subscriber.connect({"policy": collector})
+    for version in range(3):
+        with torch.no_grad():
+            trainer.weight.fill_(version)
+        publisher.publish(Header(version, frames=10 * version))
+    header = subscriber.wait(2)
+    assert (header.version, header.frames) == (2, 20)
+    assert torch.equal(collector.weight, trainer.weight)
+    assert subscriber.poll() is None  # nothing newer
+    with pytest.raises(RuntimeError, match="version >= 3"):
+        subscriber.wait(3)
+
+
+def test_csv_log_widens_its_header_when_a_metric_appears(tmp_path):
+    log = CSVLog(tmp_path / "metrics.csv")
+    log.write({"frames": 1, "a": 1.0})
+    log.write({"frames": 2, "a": 2.0, "b": 3.0})
+    log.write({"frames": 3, "a": 4.0})
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert [r["frames"] for r in rows] == ["1", "2", "3"] and rows[1]["b"] == "3.0" and rows[0]["b"] == ""
