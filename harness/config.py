@@ -16,7 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.algos import ALGOS
 from harness.collect.envs import check_env_id
-from harness.sync import SCHEMES
+from harness.sync.config import SyncConfig
 
 
 @dataclass
@@ -56,20 +56,6 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         check_env_id(self.id)
-
-
-@dataclass
-class SyncConfig:
-    """How policy weights reach the collectors (see docs/ and harness/sync/)."""
-
-    name: str = "gloo"  # gloo | none
-    timeout_s: float = 60.0  # longest wait for an update (and the longest gap between publishes)
-
-    def __post_init__(self) -> None:
-        if self.name not in SCHEMES:
-            raise ValueError(f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
 
 
 @dataclass

@@ -32,7 +32,7 @@ def main(raw: DictConfig) -> None:
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
     try:
-        groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s)
+        groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s, nccl_sync=cfg.sync.name == "nccl")
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         if layout.rank == 0:
             run_dir.mkdir(parents=True, exist_ok=True)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue as queue_mod
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -22,30 +24,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(target, rank, world_size, port, queue, args):
+def _rank_main(target, rank, world_size, port, queue, args, node):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+                      LOCAL_RANK=str(rank), GROUP_RANK=str(node), OMP_NUM_THREADS="1")
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
     except BaseException as e:  # report every failure to the parent, typed by name
         queue.put((rank, type(e).__name__, f"{e}\n{traceback.format_exc()}"))
 
 
-def run_ranks(target, world_size: int, *args, ranks=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
+def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
     """Run ``target(rank, world_size, *args)`` in one spawned process per rank
     (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
     status is ``"ok"`` or the exception's class name. Ranks that hang past
-    ``timeout`` are killed and reported as ``"hung"``."""
+    ``timeout`` are killed and reported as ``"hung"``. ``nodes[rank]`` is the
+    node rank a rank reports (torchrun's GROUP_RANK), to simulate several nodes."""
     ctx = mp.get_context("spawn")
     queue, port = ctx.Queue(), free_port()
     ranks = list(range(world_size)) if ranks is None else ranks
-    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args)) for r in ranks}
+    nodes = nodes or [0] * world_size
+    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes[r])) for r in ranks}
     for p in procs.values():
         p.start()
     results = {}
-    import queue as queue_mod
-    import time
-
     deadline = time.monotonic() + timeout
     while len(results) < len(ranks) and time.monotonic() < deadline:
         try:

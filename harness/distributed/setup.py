@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from harness.distributed.topology import Layout
@@ -19,13 +20,27 @@ from harness.distributed.topology import Layout
 
 @dataclass
 class Groups:
-    sync: dist.ProcessGroup  # trainer 0 + collectors: weights
+    """One process group per channel, plus where every rank runs."""
+
+    sync: dist.ProcessGroup  # trainer 0 + collectors (gloo): weights, and every scheme's handshake
+    leaders: dist.ProcessGroup  # trainer 0 + one collector per other node: sync=hierarchical
     data: dist.ProcessGroup  # every rank: batches, collectors -> trainers
     trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
+    nodes: list[int]  # node rank of every global rank
+    sync_nccl: dist.ProcessGroup | None = None  # trainer 0 + collectors on NCCL, for sync=nccl
+
+    def node_leaders(self, collectors: list[int]) -> list[int]:
+        """The lowest collector rank of each node other than trainer 0's."""
+        leaders: dict[int, int] = {}
+        for rank in collectors:
+            if self.nodes[rank] != self.nodes[0]:
+                leaders.setdefault(self.nodes[rank], rank)
+        return sorted(leaders.values())
 
 
-def init_distributed(layout: Layout, timeout_s: float) -> Groups:
-    """Join the job's default group, then make one group per channel."""
+def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) -> Groups:
+    """Join the job's default group, learn every rank's node, then make one
+    group per channel (every rank creates every group, in the same order)."""
     timeout = timedelta(seconds=timeout_s)
     try:
         dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout)
@@ -36,12 +51,20 @@ def init_distributed(layout: Layout, timeout_s: float) -> Groups:
             f"{layout.world_size} ranks to join at {where}: a rank never started or died. "
             f"Check the other ranks' logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
         ) from e
-    sync = dist.new_group([0, *layout.collector_ranks], timeout=timeout, backend="gloo")
+    nodes = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
+    dist.all_gather(nodes, torch.tensor([layout.node_rank]))
+    nodes = [int(n) for n in nodes]
+    weights = [0, *layout.collector_ranks]
+    sync = dist.new_group(weights, timeout=timeout, backend="gloo")
     data = dist.new_group(list(range(layout.world_size)), timeout=timeout, backend="gloo")
     trainers = None
     if layout.trainers > 1:
         trainers = dist.new_group(list(range(layout.trainers)), timeout=timeout, backend="gloo")
-    return Groups(sync=sync, data=data, trainers=trainers)
+    groups = Groups(sync=sync, leaders=sync, data=data, trainers=trainers, nodes=nodes)
+    groups.leaders = dist.new_group([0, *groups.node_leaders(layout.collector_ranks)], timeout=timeout, backend="gloo")
+    if nccl_sync:
+        groups.sync_nccl = dist.new_group(weights, timeout=timeout, backend="nccl")
+    return groups
 
 
 def shutdown_distributed() -> None:

@@ -11,7 +11,7 @@ from harness.config import Config
 from harness.data.channel import BatchSender
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
-from harness.sync import SCHEMES, Endpoint, WeightSubscriber
+from harness.sync import WeightSubscriber, make_subscriber
 
 
 def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> RolloutCollector:
@@ -29,8 +29,7 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
 
 
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
-    subscriber_cls = SCHEMES[cfg.sync.name][1]
-    subscriber = subscriber_cls(Endpoint(layout.rank, "collector", cfg.sync.name), cfg.sync.timeout_s, groups.sync)
+    subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
     try:

@@ -17,7 +17,7 @@ from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.logger import MetricsLogger
 from harness.roles.collector import build_collector
-from harness.sync import SCHEMES, Endpoint, Header, WeightPublisher, WeightSubscriber
+from harness.sync import Header, WeightPublisher, WeightSubscriber, make_publisher
 from harness.sync.local import local_pair
 
 
@@ -105,8 +105,7 @@ def connect(cfg: Config, layout: Layout, groups: Groups | None, algo: Algorithm)
         publisher, subscriber = local_pair(cfg.sync.timeout_s)
         publisher.connect(models, algo.header_values)
         return publisher, InlineCollector(build_collector(cfg, 0, subscriber), subscriber)
-    publisher_cls = SCHEMES[cfg.sync.name][0]
-    publisher = publisher_cls(Endpoint(layout.rank, "trainer", cfg.sync.name), cfg.sync.timeout_s, groups.sync)
+    publisher = make_publisher(cfg.sync, layout.rank, groups)
     publisher.connect(models, algo.header_values)
     template = batch_template(models["policy"], algo.spec.obs_shape, cfg.collector.frames_per_batch // cfg.collector.num_envs, cfg.collector.num_envs)
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)

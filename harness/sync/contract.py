@@ -63,26 +63,52 @@ class Header:
 class Payload:
     """Models' weights plus a header, packed into one uint8 buffer.
 
-    ``models`` maps a name to a module (for example ``{"policy": actor}``);
-    every parameter and buffer of each travels. ``value_names`` are the named
-    floats the header carries (for example DQN's ``epsilon``).
+    ``models`` maps a name to a module (for example ``{"policy": actor,
+    "obs_norm": normaliser}``); every parameter and buffer of each travels.
+    ``value_names`` are the named floats the header carries (DQN's
+    ``epsilon``). ``wire_dtype`` stores float32 leaves as, say, bfloat16 to
+    halve the bytes; ``device`` and ``pin`` place the buffer (CUDA for NCCL,
+    pinned CPU memory to stage a GPU trainer's weights for Gloo).
     """
 
-    def __init__(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()):
-        weights = TensorDict({name: TensorDict.from_module(m) for name, m in models.items()})
+    def __init__(
+        self,
+        models: Mapping[str, nn.Module],
+        value_names: Sequence[str] = (),
+        wire_dtype: torch.dtype | None = None,
+        device: torch.device | str = "cpu",
+        pin: bool = False,
+    ):
+        weights = TensorDict({name: TensorDict.from_module(m) for name, m in models.items()}).detach()
+        weights = weights.apply(lambda t: t.to(device=device, dtype=_wire(t.dtype, wire_dtype)))
         header = TensorDict(
             version=torch.zeros((), dtype=torch.int64),
             frames=torch.zeros((), dtype=torch.int64),
             stop=torch.zeros((), dtype=torch.bool),
             values=TensorDict({n: torch.zeros((), dtype=torch.float64) for n in value_names}),
+            device=device,
         )
-        self.td = pack(TensorDict(weights=weights.detach().clone(), header=header))
+        td = TensorDict(weights=weights, header=header, device=device)
+        self.td = td.consolidate(pin_memory=pin) if pin else pack(td)
         self.buffer = buffer_of(self.td)
         self.value_names = tuple(value_names)
+        self.schema = schema(self.td)
 
-    @property
-    def schema(self) -> list[str]:
-        return schema(self.td)
+    def rebase(self, buffer: torch.Tensor) -> "Payload":
+        """The same layout over another uint8 buffer of the same size (a shared
+        memory slot, say): writing there needs no staging copy."""
+        if buffer.numel() != self.buffer.numel():
+            raise ValueError(f"rebase needs {self.buffer.numel()} bytes, got {buffer.numel()}")
+        base = self.buffer.data_ptr()
+
+        def view(t: torch.Tensor) -> torch.Tensor:
+            start = t.data_ptr() - base
+            return buffer[start : start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+
+        other = object.__new__(Payload)
+        other.td, other.buffer = self.td.apply(view), buffer
+        other.value_names, other.schema = self.value_names, self.schema
+        return other
 
     def bind(self, models: Mapping[str, nn.Module]) -> None:
         """Make the models' parameters views into this payload's buffer, so that
@@ -91,13 +117,20 @@ class Payload:
             self.td["weights", name].to_module(module)
             module.requires_grad_(False)
 
+    def copy_from(self, other: "Payload") -> None:
+        """Apply a received payload: one flat copy, or per leaf with a cast
+        when the wire dtype differs from the live one."""
+        if other.buffer.numel() == self.buffer.numel() and other.schema == self.schema:
+            self.buffer.copy_(other.buffer, non_blocking=False)
+        else:
+            self.td.copy_(other.td)
+
     def write(self, weights: TensorDict, header: Header) -> None:
         self.td["weights"].copy_(weights)
         self.write_header(header)
 
     def write_header(self, header: Header) -> None:
-        missing = set(self.value_names) - set(header.values)
-        if missing or set(header.values) - set(self.value_names):
+        if set(header.values) != set(self.value_names):
             raise ValueError(
                 f"header values {sorted(header.values)} do not match the payload's "
                 f"{sorted(self.value_names)} (declared at connect)"
@@ -110,13 +143,17 @@ class Payload:
             h["values", name].fill_(value)
 
     def header(self) -> Header:
-        h = self.td["header"]
+        h = self.td["header"].cpu()
         return Header(
             version=int(h["version"]),
             frames=int(h["frames"]),
             stop=bool(h["stop"]),
             values={n: float(h["values", n]) for n in self.value_names},
         )
+
+
+def _wire(dtype: torch.dtype, wire_dtype: torch.dtype | None) -> torch.dtype:
+    return wire_dtype if wire_dtype is not None and dtype == torch.float32 else dtype
 
 
 def weights_of(models: Mapping[str, nn.Module]) -> TensorDict:

@@ -6,18 +6,18 @@ Gloo broadcast as ``sync=gloo``, so rounds and shutdown work unchanged.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-from torch import nn
-
-from harness.sync.gloo import GlooPublisher, GlooSubscriber
-
-
-class NonePublisher(GlooPublisher):
-    def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
-        super().connect({}, value_names)
+from harness.distributed.setup import Groups
+from harness.sync.broadcast import BroadcastSink, BroadcastSource
+from harness.sync.config import SyncConfig
+from harness.sync.contract import Endpoint
+from harness.sync.endpoints import Publisher, Subscriber
 
 
-class NoneSubscriber(GlooSubscriber):
-    def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
-        super().connect({}, value_names)
+def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+    sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s)
+    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, header_only=True)
+
+
+def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+    source = BroadcastSource(endpoint, groups.sync, root=0)
+    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, header_only=True)

@@ -1,0 +1,88 @@
+"""Moving a payload with a collective broadcast (Gloo or NCCL).
+
+The sink is trainer 0's end; a source is a receiver's end, which keeps one
+receive posted into a staging payload at all times so that the broadcast
+lands while the collector steps its envs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Callable
+
+import torch.distributed as dist
+from tensordict import TensorDict
+
+from harness.sync.contract import Endpoint, Header, Payload, SyncError
+
+
+class BroadcastSink:
+    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, timeout_s: float):
+        self.endpoint, self.group, self.timeout_s = endpoint, group, timeout_s
+        self._work = None
+
+    def open(self, make_payload: Callable[[], Payload]) -> None:
+        self.payload = make_payload()
+
+    def write(self, weights: TensorDict, header: Header) -> None:
+        self.finish()  # the previous broadcast still reads the buffer
+        self.payload.write(weights, header)
+        self._work = dist.broadcast(self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True)
+
+    def finish(self) -> None:
+        if self._work is None:
+            return
+        work, self._work = self._work, None
+        try:
+            work.wait(timedelta(seconds=self.timeout_s))
+        except RuntimeError as e:
+            receivers = [r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank]
+            raise SyncError(
+                f"{self.endpoint} could not deliver weights to ranks {receivers} within "
+                f"{self.timeout_s:g} s: one of them is gone or stalled. Cause: {e}"
+            ) from e
+
+    close = finish
+
+
+class BroadcastSource:
+    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, root: int):
+        self.endpoint, self.group, self.root = endpoint, group, root
+        self._work = None
+
+    def open(self, make_payload: Callable[[], Payload]) -> None:
+        self.staging = make_payload()
+        self._post()
+
+    def _post(self) -> None:
+        self._work = dist.broadcast(self.staging.buffer, src=self.root, group=self.group, async_op=True)
+
+    @property
+    def exhausted(self) -> bool:
+        """The publisher sent its stop; nothing more will come."""
+        return self._work is None
+
+    def _apply(self, live: Payload) -> Header:
+        header = self.staging.header()
+        live.copy_from(self.staging)
+        if header.stop:
+            self._work = None
+        else:
+            self._post()
+        return header
+
+    def poll_into(self, live: Payload) -> Header | None:
+        if self._work is None or not self._work.is_completed():
+            return None
+        return self.wait_into(live, timeout_s=1.0)
+
+    def wait_into(self, live: Payload, timeout_s: float) -> Header:
+        try:
+            self._work.wait(timedelta(seconds=timeout_s))
+        except RuntimeError as e:
+            self._work = None
+            raise SyncError(f"the broadcast from rank {self.root} failed or timed out after {timeout_s:g} s: {e}") from e
+        return self._apply(live)
+
+    def close(self) -> None:
+        self._work = None

@@ -1,0 +1,38 @@
+"""The ``sync`` config section (``conf/sync/*.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+WIRE_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class SyncConfig:
+    """How policy weights reach the collectors; see docs/weight_sync.md."""
+
+    name: str = "gloo"  # gloo | nccl | shm | hierarchical | none
+    timeout_s: float = 60.0  # longest wait for an update, and the longest allowed gap between publishes
+    wire_dtype: str = "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
+    poll_interval_s: float = 0.0002  # shared-memory readers: sleep between checks while waiting
+
+    def __post_init__(self) -> None:
+        from harness.sync import SCHEMES  # the registry imports this module
+
+        if self.name not in SCHEMES:
+            raise ValueError(f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise ValueError(f"sync.wire_dtype={self.wire_dtype!r}: choose one of {sorted(WIRE_DTYPES)}")
+        if self.name == "nccl" and not torch.cuda.is_available():
+            raise ValueError(
+                "sync=nccl needs CUDA on every rank, and this rank has none: use sync=gloo "
+                "(a GPU trainer with CPU collectors also uses sync=gloo, through pinned CPU staging)"
+            )
+
+    @property
+    def torch_wire_dtype(self) -> torch.dtype | None:
+        return WIRE_DTYPES[self.wire_dtype]

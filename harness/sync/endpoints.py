@@ -1,0 +1,132 @@
+"""A publisher and a subscriber built from transports, which is what every
+scheme is: the publisher writes the current weights to its sinks; the
+subscriber applies what its source delivers into the buffer its models view,
+and may forward it to a sink of its own (a node leader in ``hierarchical``).
+
+Sinks: ``open(make_payload)``, ``write(weights, header)``, ``close()``.
+Sources: ``open(make_payload)``, ``poll_into(live)``, ``wait_into(live, timeout_s)``,
+``exhausted``, ``close()``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harness.distributed.handshake import check_schema
+from harness.sync.contract import Endpoint, Header, Payload, SyncError, WeightPublisher, WeightSubscriber, weights_of
+
+
+class Publisher(WeightPublisher):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        sinks: list,
+        handshake_group: dist.ProcessGroup,
+        wire_dtype: torch.dtype | None = None,
+        device: str = "cpu",
+        after_open: Callable[[], None] = lambda: None,
+        header_only: bool = False,
+    ):
+        super().__init__(endpoint, timeout_s)
+        self.sinks, self.group, self.wire_dtype, self.device = sinks, handshake_group, wire_dtype, device
+        self.after_open = after_open  # e.g. tell readers the names of the segments the sinks made
+        self.header_only = header_only  # sync=none: only the header travels
+
+    def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
+        models = {} if self.header_only else models
+        self.source = weights_of(models)
+        # A GPU trainer's weights reach CPU transports through pinned staging memory.
+        pin = self.device == "cpu" and torch.cuda.is_available()
+
+        def make_payload() -> Payload:
+            return Payload(models, value_names, self.wire_dtype, self.device, pin)
+
+        check_schema(make_payload().schema, group=self.group, root=self.endpoint.rank, who=str(self.endpoint), what="weights")
+        for sink in self.sinks:
+            sink.open(make_payload)
+        self.after_open()
+
+    def publish(self, header: Header) -> None:
+        for sink in self.sinks:
+            sink.write(self.source, header)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+class Subscriber(WeightSubscriber):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        source,
+        handshake_group: dist.ProcessGroup,
+        publisher_rank: int = 0,
+        forward=None,
+        wire_dtype: torch.dtype | None = None,
+        device: str = "cpu",
+        before_source: Callable[[], None] = lambda: None,
+        header_only: bool = False,
+    ):
+        super().__init__(endpoint, timeout_s)
+        self.source, self.forward, self.group = source, forward, handshake_group
+        self.publisher_rank, self.wire_dtype, self.device = publisher_rank, wire_dtype, device
+        self.before_source = before_source  # e.g. learn the name of the segment to read
+        self.header_only = header_only
+
+    def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
+        models = {} if self.header_only else models
+        def make_payload() -> Payload:
+            return Payload(models, value_names, self.wire_dtype, self.device)
+
+        check_schema(make_payload().schema, group=self.group, root=self.publisher_rank, who=str(self.endpoint), what="weights")
+        self.live = Payload(models, value_names, device=self.device)
+        if self.forward is not None:
+            self.forward.open(make_payload)
+        self.before_source()
+        self.source.open(make_payload)
+        self.live.bind(models)
+
+    def _applied(self, header: Header) -> Header:
+        assert header.version >= self.version, "versions went backwards"
+        self.version, self.header = header.version, header
+        if self.forward is not None:
+            self.forward.write(self.live.td["weights"], header)
+        return header
+
+    def poll(self) -> Header | None:
+        newest = None
+        try:
+            while (header := self.source.poll_into(self.live)) is not None:
+                newest = self._applied(header)
+        except SyncError as e:
+            raise SyncError(f"{self.endpoint}: {e}") from e
+        return newest
+
+    def wait(self, min_version: int, timeout_s: float | None = None) -> Header:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        self.poll()
+        while self.version < min_version:
+            if self.source.exhausted:
+                raise SyncError(f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self.timeout_error(f"weights version >= {min_version}", timeout_s)
+            try:
+                self._applied(self.source.wait_into(self.live, remaining))
+            except SyncError as e:
+                raise self.timeout_error(f"weights version >= {min_version}", timeout_s, e) from e
+        return self.header
+
+    def close(self) -> None:
+        self.source.close()
+        if self.forward is not None:
+            self.forward.close()

@@ -1,0 +1,49 @@
+"""``sync=hierarchical``: broadcast between nodes, shared memory inside each.
+
+Trainer 0 writes a segment for the collectors of its own node and broadcasts
+over a Gloo group of node leaders (the lowest collector rank of every other
+node). Each leader applies the update to its own policy and writes it into a
+segment for the other collectors of its node.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from harness.distributed.setup import Groups
+from harness.sync.broadcast import BroadcastSink, BroadcastSource
+from harness.sync.config import SyncConfig
+from harness.sync.contract import Endpoint
+from harness.sync.endpoints import Publisher, Subscriber
+from harness.sync.shared_memory import ShmSink, ShmSource
+from harness.sync.shm import exchange_segment_names
+
+
+def _collectors(groups: Groups) -> list[int]:
+    return [r for r in dist.get_process_group_ranks(groups.sync) if r != 0]
+
+
+def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+    collectors = _collectors(groups)
+    node = groups.nodes[0]
+    local = ShmSink(node) if any(groups.nodes[c] == node for c in collectors) else None
+    sinks = [s for s in (local,) if s is not None]
+    if groups.node_leaders(collectors):
+        sinks.append(BroadcastSink(endpoint, groups.leaders, cfg.timeout_s))
+    return Publisher(endpoint, cfg.timeout_s, sinks, groups.sync, cfg.torch_wire_dtype,
+                     after_open=lambda: exchange_segment_names(groups, node, local))
+
+
+def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+    collectors = _collectors(groups)
+    node = groups.nodes[endpoint.rank]
+    wire = cfg.torch_wire_dtype
+    if endpoint.rank in groups.node_leaders(collectors):
+        has_followers = any(groups.nodes[c] == node and c != endpoint.rank for c in collectors)
+        forward = ShmSink(node) if has_followers else None
+        return Subscriber(endpoint, cfg.timeout_s, BroadcastSource(endpoint, groups.leaders, root=0), groups.sync,
+                          forward=forward, wire_dtype=wire,
+                          before_source=lambda: exchange_segment_names(groups, node, forward))
+    source = ShmSource(cfg.poll_interval_s)
+    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=wire,
+                      before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]))

@@ -1,0 +1,30 @@
+"""``sync=nccl``: the gloo scheme's broadcast on CUDA buffers over an NCCL
+group of its own; collectors' models live on their GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.distributed.setup import Groups
+from harness.sync.broadcast import BroadcastSink, BroadcastSource
+from harness.sync.config import SyncConfig
+from harness.sync.contract import Endpoint, SyncError
+from harness.sync.endpoints import Publisher, Subscriber
+
+
+def _device(endpoint: Endpoint, groups: Groups) -> str:
+    if not torch.cuda.is_available() or groups.sync_nccl is None:
+        raise SyncError(f"{endpoint}: sync=nccl needs CUDA on every rank and this rank has none: use sync=gloo")
+    return f"cuda:{torch.cuda.current_device()}"
+
+
+def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+    device = _device(endpoint, groups)
+    sink = BroadcastSink(endpoint, groups.sync_nccl, cfg.timeout_s)
+    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype, device)
+
+
+def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+    device = _device(endpoint, groups)
+    source = BroadcastSource(endpoint, groups.sync_nccl, root=0)
+    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype, device=device)

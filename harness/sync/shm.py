@@ -1,0 +1,48 @@
+"""``sync=shm``: trainer 0 writes a named shared-memory segment that the
+collectors on its node read (see :mod:`harness.sync.shared_memory`). The
+trainer never waits for a reader; a reader never sees a torn update."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from harness.distributed.setup import Groups
+from harness.sync.config import SyncConfig
+from harness.sync.contract import Endpoint, SyncError
+from harness.sync.endpoints import Publisher, Subscriber
+from harness.sync.shared_memory import ShmSink, ShmSource
+
+
+def exchange_segment_names(groups: Groups, node: int, sink: ShmSink | None) -> dict[int, str]:
+    """Every member of the sync group learns which segment serves each node.
+    (torchrun's ranks are not forked from one parent: names are the only link.)"""
+    entries: list = [None] * dist.get_world_size(groups.sync)
+    mine = (node, sink.segment.name) if sink is not None else None
+    dist.all_gather_object(entries, mine, group=groups.sync)
+    return {n: name for n, name in filter(None, entries)}
+
+
+def check_one_node(endpoint: Endpoint, groups: Groups) -> None:
+    members = dist.get_process_group_ranks(groups.sync)
+    away = [r for r in members if groups.nodes[r] != groups.nodes[0]]
+    if away:
+        raise SyncError(
+            f"{endpoint}: sync=shm needs every collector on trainer 0's node (node {groups.nodes[0]}); "
+            f"collector ranks {away} run on other nodes. Use sync=hierarchical (broadcast between "
+            f"nodes, shared memory inside each) or sync=gloo."
+        )
+
+
+def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+    check_one_node(endpoint, groups)
+    sink = ShmSink(groups.nodes[0])
+    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype,
+                     after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink))
+
+
+def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+    check_one_node(endpoint, groups)
+    source = ShmSource(cfg.poll_interval_s)
+    node = groups.nodes[endpoint.rank]
+    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype,
+                      before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]))

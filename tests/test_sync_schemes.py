@@ -1,0 +1,273 @@
+"""Every weight sync scheme on real spawned gloo ranks: the contract's guarantees.
+
+Two nodes are simulated on one machine by giving ranks different node ranks
+(torchrun's GROUP_RANK), which is all the harness uses to tell nodes apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import run_ranks
+from harness.distributed.setup import init_distributed
+from harness.distributed.topology import Layout
+from harness.sync import Header, SyncError, make_publisher, make_subscriber
+from harness.sync.config import SyncConfig
+from harness.sync.contract import Payload
+from harness.sync.shared_memory import PREFIX, Segment, remove_stale_segments
+
+ONE_NODE = [0, 0, 0]
+TWO_NODES = [0, 0, 0, 1, 1]  # rank 3 leads node 1, rank 4 reads its segment
+CASES = [
+    ("gloo", ONE_NODE),
+    ("gloo", TWO_NODES),
+    ("shm", ONE_NODE),
+    ("hierarchical", ONE_NODE),
+    ("hierarchical", TWO_NODES),
+]
+IDS = [f"{s}-{len(set(n))}node" for s, n in CASES]
+
+
+def make_models(hidden: int = 32) -> dict[str, nn.Module]:
+    policy = nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 4))
+    norm = nn.Module()
+    norm.register_buffer("mean", torch.zeros(8, dtype=torch.float64))  # a second model, another dtype
+    return {"policy": policy, "obs_norm": norm}
+
+
+def tensors(models):
+    return [t for m in models.values() for t in [*m.parameters(), *m.buffers()]]
+
+
+def fill(models, version: int) -> None:
+    """Deterministic weights for ``version``: any rank can recompute them."""
+    g = torch.Generator().manual_seed(version)
+    with torch.no_grad():
+        for t in tensors(models):
+            t.copy_(torch.randn(t.shape, generator=g, dtype=t.dtype))
+
+
+def digest(models) -> str:
+    h = hashlib.sha1()
+    for t in tensors(models):
+        h.update(t.detach().numpy().tobytes())
+    return h.hexdigest()
+
+
+def expected_digest(version: int, wire_dtype: str = "float32") -> str:
+    models = make_models()
+    fill(models, version)
+    if wire_dtype == "bfloat16":
+        with torch.no_grad():
+            for t in tensors(models):
+                if t.dtype == torch.float32:
+                    t.copy_(t.to(torch.bfloat16))
+    return digest(models)
+
+
+def connect(rank, scheme, hidden=32, timeout_s=10.0, wire_dtype="float32"):
+    groups = init_distributed(Layout.from_env(1), timeout_s=20)
+    cfg = SyncConfig(name=scheme, timeout_s=timeout_s, wire_dtype=wire_dtype)
+    end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
+    models = make_models(hidden)
+    end.connect(models, ("epsilon",))
+    return end, models
+
+
+def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dtype="float32"):
+    """Trainer 0 publishes ``versions`` updates back to back, never waiting;
+    collectors act between polls and check every applied update bit for bit."""
+    end, models = connect(rank, scheme, wire_dtype=wire_dtype)
+    if rank == 0:
+        for v in range(versions):
+            fill(models, v)
+            end.publish(Header(v, frames=100 * v, stop=v == versions - 1, values={"epsilon": v / 1000}))
+        time.sleep(0.5)  # readers of shared memory keep their mapping; this just keeps logs tidy
+        end.close()
+        return None
+    seen, torn = [], 0
+    header = end.wait(0)
+    while True:
+        if digest(models) != expected_digest(header.version, wire_dtype):
+            torn += 1
+        seen.append((header.version, header.frames, header.values["epsilon"]))
+        if header.stop:
+            end.close()
+            return seen, torn
+        new = None
+        while new is None:
+            for _ in range(steps_between_polls):
+                sum(p.sum() for p in models["policy"].parameters())  # "acting" with the live weights
+            new = end.poll() if steps_between_polls else end.wait(end.version + 1)
+        header = new
+
+
+def check_versions(results, world, last):
+    assert results[0][0] == "ok", results[0][1]
+    for rank in range(1, world):
+        status, value = results[rank]
+        assert status == "ok", value
+        seen, torn = value
+        versions = [v for v, _, _ in seen]
+        assert torn == 0, f"rank {rank} acted with {torn} torn or wrong updates"
+        assert versions == sorted(set(versions)), "versions must only grow"
+        assert versions[-1] == last
+        assert all(frames == 100 * v and eps == v / 1000 for v, frames, eps in seen)
+
+
+@pytest.mark.parametrize("scheme, nodes", CASES, ids=IDS)
+def test_weights_bit_exact_and_versions_monotonic(scheme, nodes):
+    results = run_ranks(publish_versions, len(nodes), scheme, 20, 0, nodes=nodes)
+    check_versions(results, len(nodes), 19)
+
+
+@pytest.mark.parametrize("scheme, nodes", CASES, ids=IDS)
+def test_stress_no_torn_update_while_publishing_continuously(scheme, nodes):
+    results = run_ranks(publish_versions, len(nodes), scheme, 300, 2, nodes=nodes, timeout=120)
+    check_versions(results, len(nodes), 299)
+
+
+@pytest.mark.parametrize("scheme", ["gloo", "shm"])
+def test_bfloat16_wire_halves_the_bytes_and_delivers_rounded_weights(scheme):
+    models = make_models()
+    full, half = Payload(models).buffer.numel(), Payload(models, wire_dtype=torch.bfloat16).buffer.numel()
+    assert half < 0.6 * full
+    results = run_ranks(publish_versions, 3, scheme, 10, 0, "bfloat16")
+    check_versions(results, 3, 9)
+
+
+def mismatched(rank, world, scheme):
+    connect(rank, scheme, hidden=16 if rank == 2 else 32)
+
+
+@pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
+def test_schema_mismatch_fails_every_rank_naming_the_key(scheme):
+    results = run_ranks(mismatched, 3, scheme)
+    assert {s for s, _ in results.values()} == {"SchemaMismatchError"}, results
+    assert "policy.0.bias" in results[2][1] and "(16,)" in results[2][1]
+    assert "ranks [2]" in results[0][1]
+
+
+def silent_publisher(rank, world, scheme, timeout_s):
+    end, _ = connect(rank, scheme, timeout_s=30)
+    if rank == 0:
+        time.sleep(timeout_s + 3)  # connected, never publishes
+        return None
+    start = time.monotonic()
+    try:
+        end.wait(0, timeout_s=timeout_s)
+    except SyncError as e:
+        return str(e), time.monotonic() - start
+    return "no error", 0.0
+
+
+@pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
+def test_wait_times_out_naming_rank_role_and_scheme(scheme):
+    results = run_ranks(silent_publisher, 2, scheme, 2.0)
+    message, elapsed = results[1][1]
+    assert f"rank 1 (collector, sync={scheme})" in message and "version >= 0" in message
+    assert 1.5 < elapsed < 6
+
+
+def killed_publisher(rank, world, scheme):
+    end, _ = connect(rank, scheme, timeout_s=30)
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        end.wait(0, timeout_s=20)
+    except SyncError as e:
+        end.close()
+        return str(e), time.monotonic() - start
+    return "no error", 0.0
+
+
+def harness_segments() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob(f"{PREFIX}*")}
+
+
+@pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
+def test_killed_publisher_is_an_error_not_a_hang_and_leaves_no_segment(scheme):
+    before = harness_segments()
+    results = run_ranks(killed_publisher, 2, scheme)
+    message, elapsed = results[1][1]
+    assert f"rank 1 (collector, sync={scheme})" in message
+    assert elapsed < 25
+    deadline = time.monotonic() + 5  # the dead publisher's resource tracker may still be unlinking
+    while harness_segments() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert harness_segments() - before == set()
+
+
+def segment_mode(rank, world):
+    end, _ = connect(rank, "shm")
+    names = harness_segments()
+    modes = {n: stat.S_IMODE(os.stat(f"/dev/shm/{n}").st_mode) for n in names if f"-{os.getpid()}-" in n}
+    end.publish(Header(0, stop=True, values={"epsilon": 0.0})) if rank == 0 else end.wait(0)
+    torch.distributed.barrier()
+    end.close()
+    return modes
+
+
+def test_segments_are_private_to_the_user_and_removed_after_the_run():
+    before = harness_segments()
+    results = run_ranks(segment_mode, 3)
+    modes = results[0][1]
+    assert len(modes) == 1 and set(modes.values()) == {0o600}, results
+    assert harness_segments() - before == set()
+
+
+def test_next_run_removes_segments_whose_creator_died(tmp_path):
+    from multiprocessing import shared_memory
+
+    dead_pid = 2**22 + 12345  # above pid_max defaults: no such process
+    stale = shared_memory.SharedMemory(name=f"{PREFIX}{dead_pid}-deadbeef-n0", create=True, size=128)
+    stale.close()
+    assert f"{PREFIX}{dead_pid}-deadbeef-n0" in harness_segments()
+    assert f"{PREFIX}{dead_pid}-deadbeef-n0" in remove_stale_segments()
+    assert f"{PREFIX}{dead_pid}-deadbeef-n0" not in harness_segments()
+    Segment.create(64, 0).close()  # creating runs the same clean-up
+
+
+def shm_across_nodes(rank, world):
+    connect(rank, "shm")
+
+
+def test_shm_with_a_collector_on_another_node_fails_at_start_up_suggesting_hierarchical():
+    results = run_ranks(shm_across_nodes, 3, nodes=[0, 0, 1])
+    for rank in range(3):
+        status, message = results[rank]
+        assert status == "SyncError" and "sync=hierarchical" in message and "[2]" in message, results
+
+
+def header_only(rank, world):
+    end, models = connect(rank, "none")
+    if rank == 0:
+        fill(models, 5)
+        end.publish(Header(5, stop=True, values={"epsilon": 0.5}))
+        end.close()
+        return None
+    before = digest(models)
+    header = end.wait(5)
+    return header.version, header.stop, header.values["epsilon"], digest(models) == before
+
+
+def test_none_scheme_moves_the_header_but_not_the_weights():
+    results = run_ranks(header_only, 2)
+    assert results[1] == ("ok", (5, True, 0.5, True)), results
+
+
+def test_nccl_without_cuda_fails_at_start_up_suggesting_gloo():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: scripts/gpu_check.sh covers sync=nccl")
+    with pytest.raises(ValueError, match="sync=nccl needs CUDA.*use sync=gloo"):
+        SyncConfig(name="nccl")
