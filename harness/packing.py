@@ -9,7 +9,8 @@ that both ends compare before they exchange anything.
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
 
 
 def pack(td: TensorDictBase) -> TensorDictBase:
@@ -46,3 +47,39 @@ def first_difference(mine: list[str], theirs: list[str]) -> str:
         longer, where = (mine, "here") if len(mine) > len(theirs) else (theirs, "there")
         return f"'{longer[min(len(mine), len(theirs))]}' exists only {where}"
     return "none"
+
+
+def pack_parameters_(module: nn.Module) -> nn.Module:
+    """Move ``module``'s parameters and buffers into one packed buffer, in place.
+
+    Call it before making an optimizer (which holds the parameter objects). A
+    publisher whose source is packed like its payload sends the weights with
+    one flat copy instead of one copy per tensor, which is what makes
+    ``sync=shm`` run near memcpy speed.
+    """
+    packed = pack(TensorDict.from_module(module).detach().clone())
+    packed.to_module(module)
+    return module
+
+
+def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(source bytes, target bytes)`` when every leaf of ``source`` sits in one
+    buffer at the same relative offsets, dtypes and shapes as in ``target``:
+    then one flat copy moves them all. ``None`` otherwise."""
+    src = list(source.values(include_nested=True, leaves_only=True))
+    dst = list(target.values(include_nested=True, leaves_only=True))
+    if not src or len(src) != len(dst):
+        return None
+    if any(a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or a.device != b.device for a, b in zip(src, dst)):
+        return None
+    storage = src[0].untyped_storage()
+    if any(t.untyped_storage().data_ptr() != storage.data_ptr() for t in src):
+        return None
+    base_src, base_dst = src[0].data_ptr(), dst[0].data_ptr()
+    if any(a.data_ptr() - base_src != b.data_ptr() - base_dst for a, b in zip(src, dst)):
+        return None
+    nbytes = max(t.data_ptr() + t.numel() * t.element_size() for t in dst) - base_dst
+    src_bytes = torch.empty(0, dtype=torch.uint8, device=src[0].device).set_(storage, base_src - storage.data_ptr(), (nbytes,))
+    dst_storage = dst[0].untyped_storage()
+    dst_bytes = torch.empty(0, dtype=torch.uint8, device=dst[0].device).set_(dst_storage, base_dst - dst_storage.data_ptr(), (nbytes,))
+    return src_bytes, dst_bytes

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from conftest import run_ranks
+from harness.distributed.spawn import run_ranks
 from harness.collect.rollout import batch_template
 from harness.data.channel import BatchReceiver, BatchSender, ChannelError
 from harness.distributed.setup import init_distributed, resolve_run_dir

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import run_ranks
+from harness.distributed.spawn import run_ranks
 from harness.distributed.setup import init_distributed
 from harness.distributed.topology import Layout
 from harness.sync import Header, SyncError, make_publisher, make_subscriber

@@ -21,6 +21,7 @@ from harness.algos.base import AlgoConfig, Algorithm, Policy
 from harness.algos.gae import gae
 from harness.algos.nets import mlp
 from harness.collect.envs import EnvSpec
+from harness.packing import pack_parameters_
 
 
 @dataclass
@@ -88,7 +89,7 @@ class PPO(Algorithm):
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int):
         super().__init__(cfg, spec, total_frames)
-        self.actor = self.make_policy(cfg, spec)
+        self.actor = pack_parameters_(self.make_policy(cfg, spec))  # before the optimizer: publishing is one copy
         obs_dim = int(torch.tensor(spec.obs_shape).prod())
         self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
         params = [*self.actor.parameters(), *self.critic.parameters()]

@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from harness.packing import buffer_of, pack, schema
+from harness.packing import buffer_of, flat_region, pack, schema
 
 
 class SyncError(RuntimeError):
@@ -126,7 +126,12 @@ class Payload:
             self.td.copy_(other.td)
 
     def write(self, weights: TensorDict, header: Header) -> None:
-        self.td["weights"].copy_(weights)
+        if getattr(self, "_flat_for", None) is not weights:  # decided once per source
+            self._flat_for, self._flat = weights, flat_region(weights, self.td["weights"])
+        if self._flat is not None:
+            self._flat[1].copy_(self._flat[0])  # source packed like us: one copy
+        else:
+            self.td["weights"].copy_(weights)
         self.write_header(header)
 
     def write_header(self, header: Header) -> None:

@@ -24,9 +24,10 @@ Ordering relies on x86-64's total store order for the control words (aligned
 
 from __future__ import annotations
 
+import _posixshmem
+import mmap
 import os
 import secrets
-import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
@@ -42,6 +43,7 @@ CONTROL_BYTES = 64
 LATEST, SEQ, VERSION, PID = 0, 1, 3, 5
 PREFIX = f"harness-{os.getuid()}-"
 MAX_RETRIES = 1000
+SPIN_S = 0.001
 
 
 def _alive(pid: int) -> bool:
@@ -66,15 +68,20 @@ def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
 
 
 class Segment:
-    """A two-slot shared-memory segment; see the module docstring."""
+    """A two-slot shared-memory segment; see the module docstring.
 
-    def __init__(self, shm: shared_memory.SharedMemory, slot_bytes: int, owner: bool):
-        self.shm, self.slot_bytes, self.owner = shm, slot_bytes, owner
-        self.name = shm.name
-        self.control = np.ndarray((CONTROL_BYTES // 8,), dtype=np.int64, buffer=shm.buf)
+    The creator uses ``SharedMemory``, which registers the segment with
+    Python's resource tracker: if the creator is killed, the tracker unlinks
+    it. Readers map it directly, unregistered, so that a reader's exit never
+    removes a segment that others still use.
+    """
+
+    def __init__(self, name: str, buf: memoryview, slot_bytes: int, owner: bool, closer):
+        self.name, self.slot_bytes, self.owner, self._closer = name, slot_bytes, owner, closer
+        self.control = np.ndarray((CONTROL_BYTES // 8,), dtype=np.int64, buffer=buf)
         stride = -(-slot_bytes // 64) * 64
         self.slots = [
-            torch.frombuffer(shm.buf, dtype=torch.uint8, count=slot_bytes, offset=CONTROL_BYTES + i * stride) for i in (0, 1)
+            torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=CONTROL_BYTES + i * stride) for i in (0, 1)
         ]
 
     @staticmethod
@@ -86,7 +93,7 @@ class Segment:
         remove_stale_segments()
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-n{node}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes))  # mode 0600
-        segment = cls(shm, slot_bytes, owner=True)
+        segment = cls(name, shm.buf, slot_bytes, owner=True, closer=shm.close)
         segment.control[:] = 0
         segment.control[LATEST] = -1
         segment.control[PID] = os.getpid()
@@ -94,29 +101,33 @@ class Segment:
 
     @classmethod
     def attach(cls, name: str, slot_bytes: int) -> "Segment":
-        if sys.version_info >= (3, 13):
-            shm = shared_memory.SharedMemory(name=name, track=False)
-        else:
-            shm = shared_memory.SharedMemory(name=name)
-            # Before 3.13 an attaching process registers the segment with its own
-            # resource tracker, which would unlink it when this reader exits.
-            resource_tracker.unregister(shm._name, "shared_memory")
-        if shm.size < cls.size_for(slot_bytes):
-            raise SyncError(f"shared-memory segment {name} holds {shm.size} bytes; the payload needs {cls.size_for(slot_bytes)}")
-        return cls(shm, slot_bytes, owner=False)
+        try:
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        except FileNotFoundError as e:
+            raise SyncError(f"shared-memory segment {name} does not exist (its writer exited?)") from e
+        try:
+            size = os.fstat(fd).st_size
+            if size < cls.size_for(slot_bytes):
+                raise SyncError(f"shared-memory segment {name} holds {size} bytes; the payload needs {cls.size_for(slot_bytes)}")
+            mapping = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(name, memoryview(mapping), slot_bytes, owner=False, closer=mapping.close)
 
     def close(self) -> None:
         creator = int(self.control[PID])
         self.slots, self.control = [], None  # release the views before closing the mapping
         try:
-            self.shm.close()
+            self._closer()
         except BufferError:
             pass  # a view is still alive somewhere; the mapping goes with the process
-        if self.owner or not _alive(creator):
+        if self.owner or not _alive(creator):  # a surviving reader cleans up after a dead writer
             try:
-                self.shm.unlink()
+                _posixshmem.shm_unlink("/" + self.name)
             except FileNotFoundError:
                 pass
+            if self.owner:
+                resource_tracker.unregister("/" + self.name, "shared_memory")
 
 
 class ShmSink:
@@ -194,7 +205,12 @@ class ShmSource:
                 if not _alive(writer):
                     raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
                 last_check = now
-            time.sleep(self.poll_interval_s)
+            # Spin (yielding the core) for the first millisecond: an update that is
+            # being written lands within it; then sleep between checks.
+            if now - start < SPIN_S:
+                os.sched_yield()
+            else:
+                time.sleep(self.poll_interval_s)
 
     def close(self) -> None:
         if self.segment is not None:

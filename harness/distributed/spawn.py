@@ -1,0 +1,64 @@
+"""Spawn a job's ranks as local processes (tests and benchmarks).
+
+Each rank gets torchrun's environment variables (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``/``PORT``, ``GROUP_RANK``) and runs a picklable function; its
+result or exception comes back to the parent. Ranks can claim different node
+ranks, which is how one machine stands in for several nodes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import socket
+import time
+import traceback
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(target, rank, world_size, port, queue, args, node):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(rank), GROUP_RANK=str(node), OMP_NUM_THREADS="1")
+    try:
+        queue.put((rank, "ok", target(rank, world_size, *args)))
+    except BaseException as e:  # report every failure to the parent, typed by name
+        queue.put((rank, type(e).__name__, f"{e}\n{traceback.format_exc()}"))
+
+
+def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
+    """Run ``target(rank, world_size, *args)`` in one spawned process per rank
+    (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
+    status is ``"ok"`` or the exception's class name. Ranks that hang past
+    ``timeout`` are killed and reported as ``"hung"``. ``nodes[rank]`` is the
+    node rank a rank reports (torchrun's GROUP_RANK), to simulate several nodes."""
+    ctx = mp.get_context("spawn")
+    queue, port = ctx.Queue(), free_port()
+    ranks = list(range(world_size)) if ranks is None else ranks
+    nodes = nodes or [0] * world_size
+    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes[r])) for r in ranks}
+    for p in procs.values():
+        p.start()
+    results = {}
+    deadline = time.monotonic() + timeout
+    while len(results) < len(ranks) and time.monotonic() < deadline:
+        try:
+            rank, status, value = queue.get(timeout=0.5)
+            results[rank] = (status, value)
+        except queue_mod.Empty:
+            if all(not p.is_alive() for p in procs.values()) and queue.empty():
+                break
+    for r, p in procs.items():
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        results.setdefault(r, ("hung", None) if p.exitcode in (None, -9) else ("died", p.exitcode))
+    return results
+
+
