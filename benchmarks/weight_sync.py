@@ -113,23 +113,29 @@ def main() -> None:
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--subscribers", type=int, default=2)
+    parser.add_argument("--schemes", nargs="+", default=["gloo_per_param", *SCHEMES])
     args = parser.parse_args()
 
     rows = []
     for params in args.sizes:
         samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
         rows.append(row("memcpy", params, memcpy(params, samples * 5)[5:]))
-        rows.append(row("gloo_per_param", params, gather(run_ranks(per_param_rank, 3, params, samples, timeout=600))))
-        for scheme in SCHEMES:
-            rows.append(row(scheme, params, gather(run_ranks(scheme_rank, 3, scheme, params, samples, timeout=600))))
-        for r in rows[-5:]:
+        world = 1 + args.subscribers
+        for scheme in args.schemes:
+            if scheme == "gloo_per_param":
+                latencies = gather(run_ranks(per_param_rank, world, params, samples, timeout=600))
+            else:
+                latencies = gather(run_ranks(scheme_rank, world, scheme, params, samples, timeout=600))
+            rows.append(row(scheme, params, latencies))
+        for r in rows[-1 - len(args.schemes):]:
             print(f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms", flush=True)
 
     def median(scheme, params):
         return next(r["median_ms"] for r in rows if r["scheme"] == scheme and r["params"] == params)
 
     print("\nratios (medians):")
-    for params in args.sizes:
+    for params in args.sizes if {"gloo_per_param", *SCHEMES} <= set(args.schemes) else []:
         print(f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):6.1f}x   "
               f"shm/memcpy {median('shm', params) / median('memcpy', params):6.2f}x   "
               f"hierarchical/shm {median('hierarchical', params) / median('shm', params):5.2f}x")
