@@ -30,14 +30,22 @@ class TopologyConfig:
 class CollectorConfig:
     """How collectors gather experience."""
 
-    mode: str = "sync"  # sync: in round r every collector acts with weights version r (on-policy)
+    # sync: in round r every collector acts with weights version r (on-policy);
+    # async: collectors stream batches, taking the newest weights before every env step.
+    mode: str = "sync"
+    pipeline: bool = False  # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly 1)
+    max_policy_lag: int = 4  # async mode: frames older than this many versions when the trainer gets them are dropped
     num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
-    frames_per_batch: int = 256  # frames per collector per round; a multiple of num_envs
+    frames_per_batch: int = 256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
 
     def __post_init__(self) -> None:
-        if self.mode != "sync":
-            raise ValueError(f"collector.mode={self.mode!r}: only 'sync' exists so far")
+        if self.mode not in ("sync", "async"):
+            raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")
+        if self.pipeline and self.mode != "sync":
+            raise ValueError("collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway")
+        if self.max_policy_lag < 0:
+            raise ValueError(f"collector.max_policy_lag must be >= 0, got {self.max_policy_lag}")
         if self.num_envs < 1 or self.frames_per_batch < 1 or self.total_frames < 1:
             raise ValueError("collector.num_envs, frames_per_batch and total_frames must be >= 1")
         if self.frames_per_batch % self.num_envs:
@@ -59,6 +67,18 @@ class EnvConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Deterministic-policy episodes on a collector rank, with the published weights."""
+
+    every_frames: int = 0  # run evaluation each time this many more frames were learned from; 0: never
+    episodes: int = 5  # episodes per evaluation (one per env of a dedicated vector env)
+
+    def __post_init__(self) -> None:
+        if self.every_frames < 0 or self.episodes < 1:
+            raise ValueError(f"eval.every_frames must be >= 0 and eval.episodes >= 1; got {self.every_frames}, {self.episodes}")
+
+
+@dataclass
 class LoggerConfig:
     """Trainer 0's metrics: always a CSV in the run directory."""
 
@@ -76,14 +96,18 @@ class Config:
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 1  # fixes every rank's envs and networks
     run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
 
     def __post_init__(self) -> None:
-        if self.topology.trainers != 1:
-            raise ValueError(f"topology.trainers={self.topology.trainers}: several trainers are not supported yet; use 1")
+        if self.topology.trainers > 1 and self.collector.mode == "async":
+            raise ValueError(
+                f"topology.trainers={self.topology.trainers} with collector.mode=async: data-parallel trainers "
+                "need equal batches each step, which only sync mode gives. Use collector.mode=sync or one trainer."
+            )
 
     @property
     def run_name(self) -> str:

@@ -29,10 +29,12 @@ class AlgoConfig:
 class Policy(nn.Module, abc.ABC):
     """The module a collector runs. ``forward`` maps a batch of observations to
     a TensorDict holding ``action`` and whatever else the algorithm needs per
-    frame (PPO: ``logprob``); every field is stored in the batch."""
+    frame (PPO: ``logprob``); every field is stored in the batch. ``values``
+    are the header's named floats (DQN's epsilon); ``deterministic`` asks for
+    the evaluation action (the mode, no exploration noise)."""
 
     @abc.abstractmethod
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}) -> TensorDict: ...
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict: ...
 
 
 class Algorithm(abc.ABC):
@@ -42,8 +44,16 @@ class Algorithm(abc.ABC):
     # Named floats sent to collectors with every publish (DQN: epsilon).
     header_values: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int):
+    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
+        self.ddp_group = ddp_group  # the trainers' own group when there are several
+
+    def data_parallel(self, module: nn.Module) -> nn.Module:
+        """``module`` wrapped in DDP over the trainers' group (gradients are
+        averaged across trainers), or as it is with one trainer."""
+        if self.ddp_group is None:
+            return module
+        return nn.parallel.DistributedDataParallel(module, process_group=self.ddp_group)
 
     @classmethod
     @abc.abstractmethod

@@ -77,23 +77,64 @@ class PPOPolicy(Policy):
             return dist.log_prob(action), dist.entropy()
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}) -> TensorDict:
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         dist = self.distribution(obs)
-        action = dist.sample()
+        if deterministic:
+            action = dist.probs.argmax(-1) if self.discrete else dist.mean
+        else:
+            action = dist.sample()
         logprob = dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
         return TensorDict(action=action, logprob=logprob, batch_size=obs.shape[:1])
+
+
+class PPOLoss(nn.Module):
+    """The PPO objective on one minibatch, as a module so that DDP can wrap it
+    when several trainers learn together."""
+
+    def __init__(self, actor: PPOPolicy, critic: nn.Module, cfg: PPOConfig, obs_dims: int):
+        super().__init__()
+        self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs.flatten(-self.obs_dims)).squeeze(-1)
+
+    def forward(self, mb: TensorDict) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"])
+        logratio = logprob - mb["logprob"]
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
+            clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+
+        adv = mb["advantage"]
+        if cfg.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+
+        new_value = self.value(mb["obs"])
+        if cfg.clip_vloss:
+            clipped = mb["value"] + (new_value - mb["value"]).clamp(-cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((new_value - mb["return"]) ** 2).mean()
+        entropy = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        return {"loss": loss, "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
+                "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 class PPO(Algorithm):
     Config = PPOConfig
 
-    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int):
-        super().__init__(cfg, spec, total_frames)
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+        super().__init__(cfg, spec, total_frames, ddp_group)
         self.actor = pack_parameters_(self.make_policy(cfg, spec))  # before the optimizer: publishing is one copy
         obs_dim = int(torch.tensor(spec.obs_shape).prod())
-        self.critic = mlp(obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
-        params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+        critic = mlp(obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
+        self.loss = PPOLoss(self.actor, critic, cfg, len(spec.obs_shape))
+        self.learner = self.data_parallel(self.loss)
+        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
@@ -102,16 +143,13 @@ class PPO(Algorithm):
     def published_models(self) -> dict[str, nn.Module]:
         return {"policy": self.actor}
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs.flatten(-len(self.spec.obs_shape))).squeeze(-1)
-
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
         cfg = self.cfg
         rollout = torch.cat([b["rollout"] for b in batches], dim=1)  # [T, N]
         next_obs = torch.cat([b["next_obs"] for b in batches], dim=0)  # [N, ...]
         with torch.no_grad():
-            values = self.value(rollout["obs"])
-            advantages = gae(rollout["reward"], values, rollout["done"], self.value(next_obs), cfg.gamma, cfg.gae_lambda)
+            values = self.loss.value(rollout["obs"])
+            advantages = gae(rollout["reward"], values, rollout["done"], self.loss.value(next_obs), cfg.gamma, cfg.gae_lambda)
         returns = advantages + values
 
         flat = rollout.select("obs", "action", "logprob").reshape(-1)
@@ -122,46 +160,27 @@ class PPO(Algorithm):
 
         size = flat.shape[0]
         minibatch = max(size // cfg.num_minibatches, 1)
-        clipfracs, approx_kl = [], torch.zeros(())
+        history = []
         for _ in range(cfg.update_epochs):
             for idx in torch.randperm(size).split(minibatch):
-                mb = flat[idx]
-                logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"])
-                logratio = logprob - mb["logprob"]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
-                    clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean())
-
-                adv = mb["advantage"]
-                if cfg.norm_adv:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-
-                new_value = self.value(mb["obs"])
-                if cfg.clip_vloss:
-                    clipped = mb["value"] + (new_value - mb["value"]).clamp(-cfg.clip_coef, cfg.clip_coef)
-                    v_loss = 0.5 * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
-                else:
-                    v_loss = 0.5 * ((new_value - mb["return"]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+                out = self.learner(flat[idx])
                 self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], cfg.max_grad_norm)
+                out["loss"].backward()
+                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
-            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
-                break
+                history.append({k: v.detach() for k, v in out.items()})
+            if cfg.target_kl is not None and history[-1]["approx_kl"] > cfg.target_kl:
+                break  # every trainer sees the same averaged-gradient model, so all stop together
 
+        last = history[-1]
         var_returns = returns.var()
         explained_var = float("nan") if var_returns == 0 else float(1 - (returns - values).var() / var_returns)
         return {
-            "train/policy_loss": pg_loss.item(),
-            "train/value_loss": v_loss.item(),
-            "train/entropy": entropy_loss.item(),
-            "train/approx_kl": approx_kl.item(),
-            "train/clipfrac": torch.stack(clipfracs).mean().item(),
+            "train/policy_loss": last["policy_loss"].item(),
+            "train/value_loss": last["value_loss"].item(),
+            "train/entropy": last["entropy"].item(),
+            "train/approx_kl": last["approx_kl"].item(),
+            "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean().item(),
             "train/explained_variance": explained_var,
             "train/lr": lr,
         }

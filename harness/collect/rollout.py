@@ -6,10 +6,14 @@ A batch is one message of the data channel:
   ``reward``, ``terminated``, ``truncated``, ``done`` and the
   ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
-- ``stats``: episodes finished in this batch, the sum of their returns and lengths.
+- ``stats``: episodes finished in this batch with the sum of their returns and
+  lengths; evaluation episodes run since the last batch; ``last`` (1 on the
+  collector's final message, which carries no frames).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +24,8 @@ from harness.algos.base import Policy
 from harness.collect.envs import to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
+
+STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "last")
 
 
 def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int) -> TensorDict:
@@ -39,7 +45,7 @@ def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_e
             "policy_version": torch.zeros(num_envs, dtype=torch.int64),
         }
     )
-    stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in ("episodes", "return_sum", "length_sum")})
+    stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in STATS})
     batch = TensorDict(rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats)
     return pack(batch.zero_())
 
@@ -58,6 +64,10 @@ class RolloutCollector:
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs)
+        # Per-field tensors, looked up once: the step loop then only copies.
+        self.fields = dict(self.batch["rollout"].items())
+        self.policy_fields = [k for k in self.fields if k not in ("obs", "reward", "terminated", "truncated", "done", "policy_version")]
+        self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
         obs, _ = envs.reset(seed=seed)
         self.obs = to_tensor(obs)
@@ -65,24 +75,30 @@ class RolloutCollector:
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
     @torch.no_grad()
-    def collect(self, header: Header) -> TensorDict:
-        rollout, stats = self.batch["rollout"], self.batch["stats"]
-        stats.zero_()
-        rollout["policy_version"].fill_(header.version)
+    def collect(self, header: Header, refresh: Callable[[], Header] | None = None) -> TensorDict:
+        """One batch acted with ``header``'s weights, or, with ``refresh``
+        (async mode), with whatever newest weights it returns before each step."""
+        f, stats = self.fields, self.stats
+        for value in stats.values():
+            value.zero_()
         for t in range(self.steps):
+            if refresh is not None:
+                header = refresh()
             out = self.policy(self.obs, header.values)
-            action = out["action"].numpy()
+            action = out["action"]
+            env_action = action.numpy()
             if self.clip is not None:
-                action = np.clip(action, *self.clip)  # store the sample, step the env with a legal action
-            obs, reward, terminated, truncated, _ = self.envs.step(action)
-            frame = rollout[t]
-            frame.update_(out)
-            frame["obs"].copy_(self.obs)
-            frame["reward"].copy_(torch.from_numpy(reward))
-            frame["terminated"].copy_(torch.from_numpy(terminated))
-            frame["truncated"].copy_(torch.from_numpy(truncated))
+                env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action
+            obs, reward, terminated, truncated, _ = self.envs.step(env_action)
             done = terminated | truncated
-            frame["done"].copy_(torch.from_numpy(done))
+            for key in self.policy_fields:
+                f[key][t] = out[key]
+            f["obs"][t] = self.obs
+            f["reward"][t] = torch.from_numpy(reward)
+            f["terminated"][t] = torch.from_numpy(terminated)
+            f["truncated"][t] = torch.from_numpy(truncated)
+            f["done"][t] = torch.from_numpy(done)
+            f["policy_version"][t] = header.version
             self.obs = to_tensor(obs)
 
             self.episode_return += reward

@@ -3,7 +3,13 @@
 Each batch is one packed buffer (see :mod:`harness.packing`) sent point to
 point on a Gloo group that only this channel uses. The trainer receives into
 one preallocated buffer per collector, so nothing is pickled or allocated per
-batch, and a dead or stalled collector is named within the timeout.
+batch. Back-pressure is built in: a collector's send completes only when its
+trainer takes the batch, so at most one batch per collector is in flight and
+a slow trainer makes collectors wait (up to the timeout) instead of growing
+memory. A dead or stalled collector is named within the timeout.
+
+A collector ends with one final message whose ``stats.last`` is 1, so that a
+trainer can take every batch still in flight before it shuts down.
 """
 
 from __future__ import annotations
@@ -38,25 +44,67 @@ class BatchSender:
                 f"within {self.timeout_s:g} s: the trainer is gone or stalled. Cause: {e}"
             ) from e
 
+    def send_last(self, batch: TensorDict) -> None:
+        """The final message: no frames, ``stats.last`` set."""
+        batch["stats"].zero_()
+        batch["stats", "last"].fill_(1)
+        self.send(batch)
+
 
 class BatchReceiver:
-    """A trainer's end: one batch from each of its collectors per ``receive``."""
+    """A trainer's end: batches from its collectors into preallocated buffers."""
 
     def __init__(self, group: dist.ProcessGroup, rank: int, collectors: list[int], template: TensorDict, timeout_s: float):
         self.group, self.rank, self.collectors, self.timeout_s = group, rank, collectors, timeout_s
         check_schema(schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch")
-        self.buffers = {c: pack(template.clone()) for c in collectors}
+        self.buffers = {c: pack(template.clone()) for c in collectors}  # sync mode: one per collector
+        self.any_buffer = pack(template.clone())  # async mode: whoever comes first
+        self.finished: set[int] = set()  # collectors whose final message arrived
+        self.last_seen = {c: time.monotonic() for c in collectors}
+
+    def _error(self, c: int, cause: object) -> ChannelError:
+        return ChannelError(
+            f"rank {self.rank} (trainer) got no batch from collector rank {c} within "
+            f"{self.timeout_s:g} s: that collector died or stalled (see its log). Cause: {cause}"
+        )
+
+    def _seen(self, c: int, batch: TensorDict) -> TensorDict:
+        self.last_seen[c] = time.monotonic()
+        if float(batch["stats", "last"]):
+            self.finished.add(c)
+        return batch
 
     def receive(self) -> list[TensorDict]:
-        """Batches in collector order; valid until the next ``receive``."""
+        """One batch from every collector, in collector order (sync mode);
+        valid until the next call."""
         works = {c: dist.irecv(buffer_of(self.buffers[c]), src=c, group=self.group) for c in self.collectors}
         deadline = time.monotonic() + self.timeout_s
         for c, work in works.items():
             try:
                 work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
             except RuntimeError as e:
-                raise ChannelError(
-                    f"rank {self.rank} (trainer) got no batch from collector rank {c} within "
-                    f"{self.timeout_s:g} s: that collector died or stalled (see its log). Cause: {e}"
-                ) from e
-        return [self.buffers[c] for c in self.collectors]
+                raise self._error(c, e) from e
+        return [self._seen(c, self.buffers[c]) for c in self.collectors]
+
+    def receive_any(self) -> TensorDict:
+        """The next batch from whichever collector sends first (async mode);
+        valid until the next call. Also fails, naming it, when one collector
+        has sent nothing for the timeout while others keep sending."""
+        silent = [c for c in self.collectors if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s]
+        if silent:
+            raise self._error(silent[0], "the other collectors kept sending")
+        work = dist.irecv(buffer_of(self.any_buffer), group=self.group)  # from any source
+        try:
+            work.wait(timedelta(seconds=self.timeout_s))
+        except RuntimeError as e:
+            waiting = [c for c in self.collectors if c not in self.finished]
+            raise self._error(min(waiting, key=self.last_seen.get), e) from e
+        return self._seen(work._source_rank(), self.any_buffer)
+
+    def drain(self) -> int:
+        """Take every batch still in flight until each collector's final
+        message arrived; returns how many batches were discarded."""
+        discarded = 0
+        while len(self.finished) < len(self.collectors):
+            discarded += not float(self.receive_any()["stats", "last"])
+        return discarded

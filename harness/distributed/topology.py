@@ -54,6 +54,13 @@ class Layout:
                 f"collect.\n{self.describe()}\nFix: launch more ranks (NPROC={self.trainers + 1} "
                 f"scripts/train.sh, or torchrun --nproc_per_node={self.trainers + 1}) or lower topology.trainers."
             )
+        collectors = self.world_size - self.trainers
+        if self.trainers > 1 and collectors % self.trainers:
+            raise LayoutError(
+                f"{collectors} collectors cannot feed {self.trainers} trainers equally (data-parallel "
+                f"trainers need equal batches).\n{self.describe()}\nFix: launch "
+                f"{self.trainers + self.trainers * max(collectors // self.trainers, 1)} ranks, or change topology.trainers."
+            )
         if not 0 <= self.rank < self.world_size:
             raise LayoutError(f"RANK={self.rank} is outside WORLD_SIZE={self.world_size}")
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import torch
+from tensordict import TensorDict
 
 from harness.algos import ALGOS
 from harness.collect.envs import make_vec_env, spec_of
+from harness.collect.evaluate import evaluate
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config
 from harness.data.channel import BatchSender
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
-from harness.sync import WeightSubscriber, make_subscriber
+from harness.sync import Header, WeightSubscriber, make_subscriber
 
 
 def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> RolloutCollector:
@@ -28,15 +30,52 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     return RolloutCollector(envs, policy, cfg.collector.frames_per_batch, seed=cfg.seed + rank * cfg.collector.num_envs)
 
 
+class Evaluator:
+    """Deterministic episodes every ``eval.every_frames`` frames (by the
+    frame count that travels with the weights); results ride on the next batch."""
+
+    def __init__(self, cfg: Config, collector: RolloutCollector):
+        self.every, self.next = cfg.eval.every_frames, cfg.eval.every_frames
+        self.policy, self.seed = collector.policy, cfg.seed + 10_000_000  # eval seeds never collide with training envs
+        self.envs = make_vec_env(cfg.env.id, cfg.eval.episodes, cfg.env.max_episode_steps)
+
+    def maybe_run(self, batch: TensorDict, header: Header) -> None:
+        if header.frames < self.next:
+            return
+        returns = evaluate(self.policy, self.envs, self.seed, header.values)
+        batch["stats", "eval_episodes"].fill_(len(returns))
+        batch["stats", "eval_return_sum"].fill_(sum(returns))
+        self.next = (header.frames // self.every + 1) * self.every
+
+
+def make_evaluator(cfg: Config, layout: Layout, collector: RolloutCollector) -> Evaluator | None:
+    """Only the first collector evaluates, so each evaluation is counted once."""
+    first = layout.single_process or layout.rank == layout.trainers
+    return Evaluator(cfg, collector) if cfg.eval.every_frames and first else None
+
+
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
+    evaluator = make_evaluator(cfg, layout, collector)
     try:
         header = subscriber.wait(min_version=0)
+        rounds = 0
         while not header.stop:
-            sender.send(collector.collect(header))  # round r is collected with version r
-            header = subscriber.wait(min_version=header.version + 1)
+            if cfg.collector.mode == "async":  # the newest weights before every env step
+                batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.header)
+            else:
+                batch = collector.collect(header)
+            if evaluator is not None:
+                evaluator.maybe_run(batch, subscriber.header)
+            sender.send(batch)
+            rounds += 1
+            if cfg.collector.mode == "async":
+                header = subscriber.poll() or subscriber.header
+            else:  # round r acts with version r, or r - 1 when pipelined
+                header = subscriber.wait(min_version=rounds - 1 if cfg.collector.pipeline else rounds)
+        sender.send_last(collector.batch)
     finally:
         subscriber.close()
         collector.envs.close()

@@ -1,4 +1,8 @@
-"""A trainer rank: learn from collectors' batches, publish weights, log."""
+"""A trainer rank: learn from collectors' batches, publish weights, log.
+
+Trainer 0 publishes and logs; with several trainers (sync mode) each learns
+from its own collectors and DDP averages their gradients.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from harness.algos import ALGOS, Algorithm
@@ -16,97 +21,198 @@ from harness.data.channel import BatchReceiver
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.logger import MetricsLogger
-from harness.roles.collector import build_collector
+from harness.roles.collector import Evaluator, build_collector, make_evaluator
 from harness.sync import Header, WeightPublisher, WeightSubscriber, make_publisher
 from harness.sync.local import local_pair
 
 
 class InlineCollector:
-    """World size 1: the trainer's own rank collects each round itself."""
+    """World size 1: the trainer's own rank collects each batch itself."""
 
-    def __init__(self, collector: RolloutCollector, subscriber: WeightSubscriber):
-        self.collector, self.subscriber = collector, subscriber
+    def __init__(self, collector: RolloutCollector, subscriber: WeightSubscriber, evaluator: Evaluator | None):
+        self.collector, self.subscriber, self.evaluator = collector, subscriber, evaluator
 
     def receive(self) -> list[TensorDict]:
         self.subscriber.poll()
-        return [self.collector.collect(self.subscriber.header)]
+        batch = self.collector.collect(self.subscriber.header)
+        if self.evaluator is not None:
+            self.evaluator.maybe_run(batch, self.subscriber.header)
+        return [batch]
+
+    def receive_any(self) -> TensorDict:
+        return self.receive()[0]
+
+    def drain(self) -> int:
+        return 0
 
 
-class RoundStats:
-    """What the collectors' batches say, summed between two log rows."""
+class Stats:
+    """What collectors' batches say, summed between two log rows (and over
+    all trainers, whose collectors are disjoint)."""
+
+    SUMS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum")
 
     def __init__(self):
-        self.episodes = self.return_sum = self.length_sum = 0.0
-        self.lags: list[torch.Tensor] = []
+        self.sums = torch.zeros(len(self.SUMS) + 2, dtype=torch.float64)  # + frames kept, batches dropped
+        self.lag = torch.tensor([float("inf"), 0.0, 0.0, float("-inf")], dtype=torch.float64)  # min, sum, n, max
 
-    def add(self, batches: list[TensorDict], version: int) -> None:
-        for b in batches:
-            self.episodes += float(b["stats", "episodes"])
-            self.return_sum += float(b["stats", "return_sum"])
-            self.length_sum += float(b["stats", "length_sum"])
-            self.lags.append(version - b["rollout", "policy_version"].flatten())
+    def add(self, batch: TensorDict, version: int, dropped: bool = False) -> None:
+        stats = batch["stats"]
+        self.sums[: len(self.SUMS)] += torch.stack([stats[k] for k in self.SUMS])
+        if dropped:
+            self.sums[-1] += 1
+            return
+        lag = (version - batch["rollout", "policy_version"]).double()
+        self.sums[-2] += lag.numel()
+        self.lag[0] = min(self.lag[0], lag.min())
+        self.lag[1] += lag.sum()
+        self.lag[2] += lag.numel()
+        self.lag[3] = max(self.lag[3], lag.max())
 
-    def pop(self) -> dict[str, float]:
-        lag = torch.cat(self.lags).float()
-        n = self.episodes
+    def pop(self, group: dist.ProcessGroup | None) -> dict[str, float]:
+        sums, lag = self.sums, self.lag
+        if group is not None:
+            dist.all_reduce(sums, group=group)
+            lo, hi = -lag[0:1], lag[3:4]
+            dist.all_reduce(lo, op=dist.ReduceOp.MAX, group=group)
+            dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
+            mid = lag[1:3].clone()
+            dist.all_reduce(mid, group=group)
+            lag = torch.cat([-lo, mid, hi])
+        episodes, returns, lengths, eval_episodes, eval_returns, _, dropped = sums.tolist()
         row = {
-            "train/episode_return": self.return_sum / n if n else float("nan"),
-            "train/episode_length": self.length_sum / n if n else float("nan"),
-            "train/episodes": n,
-            "collect/policy_lag_min": lag.min().item(),
-            "collect/policy_lag_mean": lag.mean().item(),
-            "collect/policy_lag_max": lag.max().item(),
+            "train/episode_return": returns / episodes if episodes else float("nan"),
+            "train/episode_length": lengths / episodes if episodes else float("nan"),
+            "train/episodes": episodes,
+            "collect/policy_lag_min": lag[0].item() if lag[2] else float("nan"),
+            "collect/policy_lag_mean": (lag[1] / lag[2]).item() if lag[2] else float("nan"),
+            "collect/policy_lag_max": lag[3].item() if lag[2] else float("nan"),
+            "collect/batches_dropped": dropped,
         }
+        if eval_episodes:
+            row["eval/return"] = eval_returns / eval_episodes
         self.__init__()
         return row
 
 
+class Trainer:
+    def __init__(self, cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path):
+        self.cfg, self.layout = cfg, layout
+        torch.manual_seed(cfg.seed)
+        spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+        self.ddp_group = groups.trainers if groups is not None else None
+        self.algo: Algorithm = ALGOS[cfg.algo.name](cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
+        self.publisher, self.source = self._connect(groups)
+        self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger.console) if layout.rank == 0 else None
+        self.frames = self.version = self.updates = 0
+        self.published = -1  # newest version sent
+        self.stats, self.next_log, self.since = Stats(), cfg.logger.log_every_frames, (time.monotonic(), 0)
+        self.last_row: dict[str, float] = {}
+
+    def _connect(self, groups: Groups | None) -> tuple[WeightPublisher | None, object]:
+        """The weight publisher (trainer 0 only) and the batch source.
+
+        Order matters: every rank connects the sync group first, then the data
+        channel, or two ranks could block on each other's second handshake.
+        """
+        cfg, layout, models = self.cfg, self.layout, self.algo.published_models()
+        if layout.single_process:
+            publisher, subscriber = local_pair(cfg.sync.timeout_s)
+            publisher.connect(models, self.algo.header_values)
+            collector = build_collector(cfg, 0, subscriber)
+            return publisher, InlineCollector(collector, subscriber, make_evaluator(cfg, layout, collector))
+        publisher = None
+        if layout.rank == 0:
+            publisher = make_publisher(cfg.sync, layout.rank, groups)
+            publisher.connect(models, self.algo.header_values)
+        steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
+        template = batch_template(models["policy"], self.algo.spec.obs_shape, steps, cfg.collector.num_envs)
+        receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
+        return publisher, receiver
+
+    def publish(self, stop: bool = False) -> float:
+        """Send the current weights as ``self.version``; returns milliseconds."""
+        if self.publisher is None:
+            return 0.0
+        started = time.perf_counter()
+        self.publisher.publish(Header(self.version, self.frames, stop, self.algo.values_for_header(self.frames)))
+        self.published = self.version
+        return 1000 * (time.perf_counter() - started)
+
+    @property
+    def done(self) -> bool:
+        return self.frames >= self.cfg.collector.total_frames
+
+    def log(self, metrics: dict[str, float]) -> None:
+        if not (self.frames >= self.next_log or self.done):
+            return
+        row = self.stats.pop(self.ddp_group)  # a collective when there are several trainers
+        now = time.monotonic()
+        row["collect/frames_per_s"] = (self.frames - self.since[1]) / (now - self.since[0])
+        self.next_log, self.since = self.frames + self.cfg.logger.log_every_frames, (now, self.frames)
+        if self.logger is not None:
+            self.last_row = {**row, **metrics, "sync/version": self.version, "train/updates": self.updates}
+            self.logger.log(self.frames, self.last_row)
+
+    def run(self) -> dict[str, float]:
+        try:
+            self.publish()  # version 0: the initial weights
+            if self.cfg.collector.mode == "async":
+                self.run_async()
+            else:
+                self.run_sync()
+            if self.version == self.published:
+                self.version += 1  # the stop must be news to every scheme, shm included
+            self.publish(stop=True)
+            self.source.drain()  # batches still in flight, then each collector's goodbye
+        finally:
+            if self.publisher is not None:
+                self.publisher.close()
+        return self.last_row
+
+    def run_sync(self) -> None:
+        """Rounds: every collector's batch of round r was acted with version r
+        (r - 1 when pipelined); the trainer learns once per round."""
+        pipeline = self.cfg.collector.pipeline
+        frames_per_round = self.cfg.collector.frames_per_batch * len(self.layout.collector_ranks or [0])
+        sync_ms = 0.0
+        while not self.done:
+            batches = self.source.receive()
+            if pipeline and self.updates:
+                # Only now that round r is in may version r go out: collectors act on
+                # round r + 1 with it while we learn on round r, and no sooner.
+                sync_ms = self.publish()
+            for batch in batches:
+                self.stats.add(batch, self.version)
+            metrics = self.algo.update(batches, self.frames)
+            self.frames += frames_per_round
+            self.updates += 1
+            self.version += 1
+            if not pipeline and not self.done:
+                sync_ms = self.publish()
+            self.log({**metrics, "sync/ms": sync_ms})
+
+    def run_async(self) -> None:
+        """Streaming: learn from each batch as it comes, publish every
+        ``sync.publish_every_updates`` updates, drop batches with frames more
+        than ``collector.max_policy_lag`` versions old."""
+        sync_ms, metrics = 0.0, {}
+        while not self.done:
+            batch = self.source.receive_any()
+            lag = self.version - int(batch["rollout", "policy_version"].min())
+            if lag > self.cfg.collector.max_policy_lag:
+                self.stats.add(batch, self.version, dropped=True)
+                continue
+            self.stats.add(batch, self.version)
+            metrics = self.algo.update([batch], self.frames)
+            self.frames += batch["rollout"].numel()
+            self.updates += 1
+            if self.updates % self.cfg.sync.publish_every_updates == 0 and not self.done:
+                self.version += 1
+                sync_ms = self.publish()
+            self.log({**metrics, "sync/ms": sync_ms})
+
+
 def run_trainer(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> dict[str, float]:
-    """Train until ``collector.total_frames``; returns the last metrics row."""
-    torch.manual_seed(cfg.seed)
-    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
-    algo: Algorithm = ALGOS[cfg.algo.name](cfg.algo, spec, cfg.collector.total_frames)
-    publisher, source = connect(cfg, layout, groups, algo)
-    logger = MetricsLogger(run_dir, cfg.collector.total_frames, console=cfg.logger.console)
-
-    frames, version, last_row = 0, 0, {}
-    publisher.publish(Header(version, frames, values=algo.values_for_header(frames)))
-    stats, next_log, since = RoundStats(), cfg.logger.log_every_frames, (time.monotonic(), 0)
-    try:
-        while frames < cfg.collector.total_frames:
-            batches = source.receive()  # every frame acted with weights `version`
-            stats.add(batches, version)
-            metrics = algo.update(batches, frames)
-            frames += sum(b["rollout"].numel() for b in batches)
-            version += 1
-            stop = frames >= cfg.collector.total_frames
-            started = time.perf_counter()
-            publisher.publish(Header(version, frames, stop, algo.values_for_header(frames)))
-            metrics["sync/ms"] = 1000 * (time.perf_counter() - started)
-            if frames >= next_log or stop:
-                now = time.monotonic()
-                metrics["collect/frames_per_s"] = (frames - since[1]) / (now - since[0])
-                last_row = {**stats.pop(), **metrics, "sync/version": version}
-                logger.log(frames, last_row)
-                next_log, since = frames + cfg.logger.log_every_frames, (now, frames)
-    finally:
-        publisher.close()
-    return last_row
-
-
-def connect(cfg: Config, layout: Layout, groups: Groups | None, algo: Algorithm) -> tuple[WeightPublisher, object]:
-    """The weight publisher and the batch source of this trainer.
-
-    Order matters: every rank connects the sync group first, then the data
-    channel, or two ranks could block on each other's second handshake.
-    """
-    models = algo.published_models()
-    if layout.single_process:
-        publisher, subscriber = local_pair(cfg.sync.timeout_s)
-        publisher.connect(models, algo.header_values)
-        return publisher, InlineCollector(build_collector(cfg, 0, subscriber), subscriber)
-    publisher = make_publisher(cfg.sync, layout.rank, groups)
-    publisher.connect(models, algo.header_values)
-    template = batch_template(models["policy"], algo.spec.obs_shape, cfg.collector.frames_per_batch // cfg.collector.num_envs, cfg.collector.num_envs)
-    receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
-    return publisher, receiver
+    """Train until ``collector.total_frames``; returns trainer 0's last metrics row."""
+    return Trainer(cfg, layout, groups, run_dir).run()

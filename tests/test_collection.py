@@ -1,0 +1,218 @@
+"""Collection modes, back-pressure, several trainers, evaluation, envs, seeding."""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from hydra import compose, initialize_config_dir
+
+from conftest import ROOT, run_harness
+from harness.collect.envs import make_vec_env
+from harness.config import load, register_configs
+from harness.distributed.setup import init_distributed
+from harness.distributed.spawn import run_ranks
+from harness.distributed.topology import Layout
+
+register_configs()
+CONF = ROOT / "conf"
+
+
+def compose_config(*overrides: str):
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        return load(compose("config", overrides=list(overrides)))
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return list(csv.DictReader((run_dir / "metrics.csv").open()))
+
+
+def column(table, key) -> list[float]:
+    return [float(r[key]) for r in table if r.get(key) not in (None, "")]
+
+
+def job(rank, world, overrides, trainer_delay_s, run_dir):
+    """A real job (the harness's own trainer and collector loops) in spawned
+    ranks; the trainer's update can be slowed to stress the collectors."""
+    from harness.roles.collector import run_collector
+    from harness.roles.trainer import Trainer
+
+    cfg = compose_config(*overrides)
+    layout = Layout.from_env(cfg.topology.trainers)
+    groups = init_distributed(layout, cfg.dist_timeout_s)
+    if not layout.is_trainer:
+        from harness.data import channel
+
+        sent = []
+        original = channel.BatchSender.send
+
+        def counted(self, batch):
+            original(self, batch)
+            sent.append(time.monotonic())
+
+        channel.BatchSender.send = counted
+        run_collector(cfg, layout, groups)
+        return len(sent)
+    trainer = Trainer(cfg, layout, groups, Path(run_dir))
+    update = trainer.algo.update
+
+    def slow_update(batches, frames):
+        time.sleep(trainer_delay_s)
+        return update(batches, frames)
+
+    trainer.algo.update = slow_update
+    trainer.run()
+    return trainer.updates
+
+
+def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):
+    overrides = ["debug=tiny", "collector.mode=async", "collector.max_policy_lag=1", "logger.log_every_frames=128",
+                 "collector.total_frames=2048"]
+    results = run_ranks(job, 3, overrides, 0.05, str(tmp_path), timeout=120)
+    assert all(s == "ok" for s, _ in results.values()), results
+    table = rows(tmp_path)
+    lags = column(table, "collect/policy_lag_max")
+    assert lags and max(lags) <= 1, lags
+    assert sum(column(table, "collect/batches_dropped")) > 0  # the bound did bite: 2 collectors, lag 2 otherwise
+
+
+def test_slow_trainer_makes_collectors_wait_instead_of_piling_up_batches(tmp_path):
+    overrides = ["debug=tiny", "collector.mode=async", "collector.max_policy_lag=100", "collector.total_frames=640"]
+    results = run_ranks(job, 3, overrides, 0.2, str(tmp_path), timeout=120)
+    assert all(s == "ok" for s, _ in results.values()), results
+    updates = results[0][1]
+    batches = results[1][1] + results[2][1] - 2  # less each collector's final message
+    # Whatever the trainer's speed, a collector is at most one batch ahead of
+    # what the trainer took, plus one collected before it saw the stop: both
+    # drained at shutdown. Memory stays bounded.
+    assert updates == 10 and batches <= updates + 2 * 2, (updates, batches)
+
+
+def dying_collector(rank, world):
+    # shm: the trainer never waits on a collector for weights, so the data
+    # channel is what must notice the silent one.
+    cfg = compose_config("debug=tiny", "sync=shm", "collector.mode=async", "dist_timeout_s=4", "collector.total_frames=100000")
+    layout = Layout.from_env(1)
+    groups = init_distributed(layout, 20)
+    if rank == 2:
+        from harness.roles.collector import run_collector
+        from harness.sync import make_subscriber
+        from harness.data.channel import BatchSender
+        from harness.roles.collector import build_collector
+
+        subscriber = make_subscriber(cfg.sync, rank, groups)
+        collector = build_collector(cfg, rank, subscriber)
+        BatchSender(groups.data, rank, 0, collector.batch, 4)
+        time.sleep(7)  # connected, then stalled
+        return "stalled"
+    if rank == 1:
+        from harness.roles.collector import run_collector
+
+        try:
+            run_collector(cfg, layout, groups)
+        except Exception as e:  # the trainer's failure ends this one too
+            return type(e).__name__
+        return "finished"
+    from harness.roles.trainer import Trainer
+
+    start = time.monotonic()
+    try:
+        Trainer(cfg, layout, groups, Path("/tmp")).run()
+    except RuntimeError as e:
+        return str(e), time.monotonic() - start
+    return "no error", 0
+
+
+def test_async_trainer_names_a_collector_that_stalled():
+    results = run_ranks(dying_collector, 3, timeout=60)
+    message, elapsed = results[0][1]
+    assert "collector rank 2" in message, results[0]
+    assert elapsed < 20
+
+
+def test_two_trainers_train_data_parallel(workdir):
+    out = run_harness(["debug=tiny", "topology.trainers=2", "run_dir=run"], workdir, nproc=4)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = rows(workdir / "run")
+    assert int(table[-1]["frames"]) == 1024 and int(table[-1]["train/updates"]) == 8  # 2 collectors x 64 a round
+
+
+def test_uneven_collectors_per_trainer_is_a_layout_error(workdir):
+    out = run_harness(["debug=tiny", "topology.trainers=2"], workdir, nproc=5)
+    assert out.returncode != 0 and "cannot feed 2 trainers equally" in out.stderr + out.stdout
+
+
+def test_evaluation_runs_on_a_collector_and_is_logged(workdir):
+    out = run_harness(["debug=tiny", "eval.every_frames=512", "eval.episodes=3", "run_dir=run"], workdir, nproc=3)
+    assert out.returncode == 0, out.stderr[-3000:]
+    evals = column(rows(workdir / "run"), "eval/return")
+    assert len(evals) >= 1 and all(8 <= e <= 500 for e in evals), evals  # CartPole returns lie in [8, 500]
+
+
+@pytest.mark.parametrize("env_file", sorted(p.stem for p in (CONF / "env").glob("*.yaml")))
+def test_every_env_config_composes_and_steps(env_file):
+    cfg = compose_config(f"env={env_file}")
+    envs = make_vec_env(cfg.env.id, 2)
+    obs, _ = envs.reset(seed=0)
+    assert obs.shape[0] == 2
+    obs, reward, terminated, truncated, _ = envs.step(envs.action_space.sample())
+    assert obs.shape[0] == 2 and len(reward) == 2
+    envs.close()
+
+
+def test_mujoco_env_without_the_extra_names_the_install_command(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mujoco(name, *args, **kwargs):
+        if name == "mujoco":
+            raise ImportError("No module named 'mujoco'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mujoco)
+    with pytest.raises(ValueError, match=r"pip install -e '\.\[mujoco\]'"):
+        compose_config("env=hopper")
+
+
+def losses(run_dir: Path) -> list[tuple]:
+    keys = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/episode_return")
+    return [tuple(r[k] for k in keys) for r in rows(run_dir)]
+
+
+@pytest.mark.parametrize("extra", [[], ["collector.pipeline=true"]], ids=["sync", "pipelined"])
+def test_same_seed_and_layout_reproduce_the_same_updates(workdir, extra):
+    args = ["debug=tiny", "seed=7", "logger.log_every_frames=128", *extra]  # a row per update: 8 updates
+    for name in ("a", "b"):
+        out = run_harness([*args, f"run_dir={name}"], workdir, nproc=3)
+        assert out.returncode == 0, out.stderr[-3000:]
+    assert losses(workdir / "a") == losses(workdir / "b")
+    assert len(losses(workdir / "a")) == 8
+    out = run_harness(["debug=tiny", "seed=8", "logger.log_every_frames=128", *extra, "run_dir=c"], workdir, nproc=3)
+    assert losses(workdir / "c") != losses(workdir / "a")
+
+
+def test_pipelined_rounds_have_lag_exactly_one(workdir):
+    out = run_harness(["debug=tiny", "collector.pipeline=true", "logger.log_every_frames=128", "run_dir=run"], workdir, nproc=3)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = rows(workdir / "run")
+    assert column(table, "collect/policy_lag_min")[1:] == column(table, "collect/policy_lag_max")[1:]
+    assert set(column(table, "collect/policy_lag_max")[1:]) == {1.0}  # round 0 has lag 0
+
+
+@pytest.mark.slow
+def test_one_and_two_trainers_learn_alike(workdir):
+    """PPO on CartPole with T=1 (1+2 ranks) and T=2 (2+2 ranks): both learn."""
+    finals = {}
+    for trainers, nproc in ((1, 3), (2, 4)):
+        out = run_harness(["collector.total_frames=61440", "logger.log_every_frames=10240", f"topology.trainers={trainers}",
+                           f"run_dir=t{trainers}"], workdir, nproc=nproc)
+        assert out.returncode == 0, out.stderr[-3000:]
+        finals[trainers] = column(rows(workdir / f"t{trainers}"), "train/episode_return")
+    for trainers, curve in finals.items():
+        assert max(curve[-2:]) > 120, (trainers, curve)
+        assert curve[-1] > 2 * curve[0], (trainers, curve)
