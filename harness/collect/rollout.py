@@ -64,8 +64,10 @@ class RolloutCollector:
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs)
-        # Per-field tensors, looked up once: the step loop then only copies.
+        # Per-field tensors and numpy views of them, looked up once: the step
+        # loop then only copies (numpy item assignment is the cheapest there is).
         self.fields = dict(self.batch["rollout"].items())
+        self.arrays = {k: v.numpy() for k, v in self.fields.items()}
         self.policy_fields = [k for k in self.fields if k not in ("obs", "reward", "terminated", "truncated", "done", "policy_version")]
         self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
@@ -78,28 +80,26 @@ class RolloutCollector:
     def collect(self, header: Header, refresh: Callable[[], Header] | None = None) -> TensorDict:
         """One batch acted with ``header``'s weights, or, with ``refresh``
         (async mode), with whatever newest weights it returns before each step."""
-        f, stats = self.fields, self.stats
+        f, a, stats = self.fields, self.arrays, self.stats
         for value in stats.values():
             value.zero_()
         for t in range(self.steps):
             if refresh is not None:
                 header = refresh()
             out = self.policy(self.obs, header.values)
-            action = out["action"]
-            env_action = action.numpy()
+            env_action = out["action"].numpy()
             if self.clip is not None:
                 env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action
             obs, reward, terminated, truncated, _ = self.envs.step(env_action)
-            done = terminated | truncated
             for key in self.policy_fields:
                 f[key][t] = out[key]
-            f["obs"][t] = self.obs
-            f["reward"][t] = torch.from_numpy(reward)
-            f["terminated"][t] = torch.from_numpy(terminated)
-            f["truncated"][t] = torch.from_numpy(truncated)
-            f["done"][t] = torch.from_numpy(done)
-            f["policy_version"][t] = header.version
+            a["obs"][t] = self.obs.numpy()
+            a["reward"][t] = reward
+            a["terminated"][t] = terminated
+            a["truncated"][t] = truncated
+            a["policy_version"][t] = header.version
             self.obs = to_tensor(obs)
+            done = terminated | truncated
 
             self.episode_return += reward
             self.episode_length += 1
@@ -109,5 +109,6 @@ class RolloutCollector:
                 stats["length_sum"].add_(float(self.episode_length[done].sum()))
                 self.episode_return[done] = 0
                 self.episode_length[done] = 0
+        torch.logical_or(f["terminated"], f["truncated"], out=f["done"])
         self.batch["next_obs"].copy_(self.obs)
         return self.batch

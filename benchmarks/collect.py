@@ -1,0 +1,146 @@
+"""Env frames per second of one collector rank, against a bare loop.
+
+    python benchmarks/collect.py --json bench-collect.json
+
+For CartPole-v1 and HalfCheetah-v5 (8 envs, the default PPO MLP policy):
+
+- ``bare/<env>``: the limit: one process, gymnasium ``SyncVectorEnv`` and the
+  same policy's forward pass, no harness;
+- ``collector/<env>``: a real collector rank (``run_collector``, async mode,
+  polling for weights before every step, sending packed batches over the data
+  channel) feeding a trainer rank that discards every batch.
+
+Then end to end, PPO on CartPole-v1 through ``torchrun`` with 1 and 2
+collectors (``e2e/1_collector``, ``e2e/2_collectors``), frames learned per
+second as the run logs it (median of its rows; 2 cores here, so 2 collectors
+and a trainer share them). Rows: ``{"case", "frames_per_s"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+
+from harness.algos.ppo import PPO, PPOConfig
+from harness.collect.envs import make_vec_env, spec_of, to_tensor
+from harness.config import load, register_configs
+from harness.data.channel import BatchReceiver
+from harness.distributed.setup import init_distributed
+from harness.distributed.spawn import run_ranks
+from harness.distributed.topology import Layout
+from harness.sync import Header, make_publisher
+
+ROOT = Path(__file__).resolve().parents[1]
+ENVS = {"CartPole-v1": "cartpole", "HalfCheetah-v5": "halfcheetah"}
+NUM_ENVS, STEPS = 8, 64
+
+
+def config(env_name: str):
+    register_configs()
+    with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
+        return load(compose("config", overrides=[
+            f"env={env_name}", "collector.mode=async", f"collector.num_envs={NUM_ENVS}",
+            f"collector.frames_per_batch={NUM_ENVS * STEPS}", "collector.max_policy_lag=1000000"]))
+
+
+@torch.no_grad()
+def bare(env_id: str, frames: int) -> float:
+    envs = make_vec_env(env_id, NUM_ENVS)
+    policy = PPO.make_policy(PPOConfig(), spec_of(envs))
+    obs, _ = envs.reset(seed=0)
+    low_high = (envs.single_action_space.low, envs.single_action_space.high) if not spec_of(envs).discrete else None
+    start = time.perf_counter()
+    for _ in range(frames // NUM_ENVS):
+        action = policy(to_tensor(obs))["action"].numpy()
+        if low_high is not None:
+            action = np.clip(action, *low_high)
+        obs, *_ = envs.step(action)
+    return frames / (time.perf_counter() - start)
+
+
+def collector_job(rank: int, world: int, env_name: str, batches: int) -> float | None:
+    torch.set_num_threads(1)
+    cfg = config(env_name)
+    layout = Layout.from_env(1)
+    groups = init_distributed(layout, 60)
+    if rank == 1:
+        from harness.roles.collector import run_collector
+
+        run_collector(cfg, layout, groups)
+        return None
+    policy = PPO.make_policy(cfg.algo, spec_of(make_vec_env(cfg.env.id, 1)))
+    publisher = make_publisher(cfg.sync, 0, groups)
+    publisher.connect({"policy": policy})
+    from harness.collect.rollout import batch_template
+
+    receiver = BatchReceiver(groups.data, 0, [1], batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS), 60)
+    publisher.publish(Header(0))
+    receiver.receive_any()  # the first batch includes start-up
+    start = time.perf_counter()
+    for _ in range(batches):
+        receiver.receive_any()
+    elapsed = time.perf_counter() - start
+    publisher.publish(Header(1, stop=True))
+    receiver.drain()
+    publisher.close()
+    return batches * NUM_ENVS * STEPS / elapsed
+
+
+def end_to_end(collectors: int, frames: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={collectors + 1}",
+               "-m", "harness.train", f"collector.total_frames={frames}", "logger.log_every_frames=5120",
+               "logger.console=false", f"run_dir={tmp}/run"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True)
+        rows = list(csv.DictReader(open(f"{tmp}/run/metrics.csv")))
+        return statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--frames", type=int, default=40_960, help="frames per measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating bare/collector runs; medians reported")
+    args = parser.parse_args()
+    rows = []
+    for env_id, env_name in ENVS.items():
+        try:
+            make_vec_env(env_id, 1).close()
+        except ValueError as e:
+            print(f"skipping {env_id}: {e}")
+            continue
+        bare_fps, harness_fps = [], []
+        for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits both alike
+            bare_fps.append(bare(env_id, args.frames))
+            result = run_ranks(collector_job, 2, env_name, args.frames // (NUM_ENVS * STEPS), timeout=600)
+            if result[0][0] != "ok":
+                raise RuntimeError(result)
+            harness_fps.append(result[0][1])
+        rows += [{"case": f"bare/{env_id}", "frames_per_s": statistics.median(bare_fps)},
+                 {"case": f"collector/{env_id}", "frames_per_s": statistics.median(harness_fps)}]
+        print(f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector {rows[-1]['frames_per_s']:9,.0f} fps   "
+              f"ratio {rows[-1]['frames_per_s'] / rows[-2]['frames_per_s']:.2f}", flush=True)
+    for collectors in (1, 2):
+        fps = end_to_end(collectors, 102_400)
+        rows.append({"case": f"e2e/{collectors}_collector{'s' if collectors > 1 else ''}", "frames_per_s": fps})
+        print(f"end to end, PPO CartPole-v1, {collectors} collector(s): {fps:,.0f} frames/s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
