@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.algos import ALGOS
+from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id
 from harness.sync.config import SyncConfig
 
@@ -97,6 +98,7 @@ class Config:
     sync: SyncConfig = field(default_factory=SyncConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 1  # fixes every rank's envs and networks
     run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
     runs_root: str = "runs"  # where default run directories go

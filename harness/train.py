@@ -11,11 +11,14 @@ groups and the shared run directory, run the role's loop, shut down cleanly.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import load, register_configs
+from harness.distributed import signals
 from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout
 from harness.roles.collector import run_collector
@@ -23,6 +26,16 @@ from harness.roles.trainer import run_trainer
 
 log = logging.getLogger("harness")
 register_configs()
+
+
+def check_writable(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise RuntimeError(f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH") from e
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -35,10 +48,13 @@ def main(raw: DictConfig) -> None:
         groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s, nccl_sync=cfg.sync.name == "nccl")
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         if layout.rank == 0:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            check_writable(run_dir)
             OmegaConf.save(raw, run_dir / "config.yaml", resolve=True)
             log.info("run_dir: %s", run_dir)
             log.info("%s", layout.describe())
+        # From here on SIGTERM / SIGUSR1 mean: checkpoint at the next safe point,
+        # then exit. Before, during start-up, they stop the process at once.
+        signals.install()
         if layout.is_trainer:
             run_trainer(cfg, layout, groups, run_dir)
         else:

@@ -12,12 +12,19 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 EXTRAS=${EXTRAS:-}
 PY=${PYTHON:-python3}
 
+# A stamp per set of extras, newer than pyproject.toml, means "installed".
+# Any install also covers the plain package (EXTRAS="").
 stamp="$VENV/.installed-${EXTRAS:-base}"
+if [ -z "$EXTRAS" ]; then
+  newest=$(ls -t "$VENV"/.installed-* 2>/dev/null | head -n 1 || true)
+  stamp=${newest:-$stamp}
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   echo "creating $VENV" >&2
   "$PY" -m venv "$VENV"
 fi
 if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+  stamp="$VENV/.installed-${EXTRAS:-base}"
   echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"

@@ -71,3 +71,15 @@ class Algorithm(abc.ABC):
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {}
+
+    @abc.abstractmethod
+    def checkpointed(self) -> dict[str, object]:
+        """Everything with a ``state_dict`` that a checkpoint must hold: models
+        (unwrapped from DDP) and optimisers, by name."""
+
+    def state_dict(self) -> dict:
+        return {name: obj.state_dict() for name, obj in self.checkpointed().items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, obj in self.checkpointed().items():
+            obj.load_state_dict(state[name])

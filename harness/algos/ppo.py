@@ -144,6 +144,9 @@ class PPO(Algorithm):
     def published_models(self) -> dict[str, nn.Module]:
         return {"policy": self.actor}
 
+    def checkpointed(self) -> dict[str, object]:
+        return {"loss": self.loss, "optimizer": self.optimizer}  # the loss module holds actor and critic
+
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
         cfg = self.cfg
         rollout = torch.cat([b["rollout"] for b in batches], dim=1)  # [T, N]

@@ -7,8 +7,9 @@ A batch is one message of the data channel:
   ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
 - ``stats``: episodes finished in this batch with the sum of their returns and
-  lengths; evaluation episodes run since the last batch; ``last`` (1 on the
-  collector's final message, which carries no frames).
+  lengths; evaluation episodes run since the last batch; ``preempt`` (1 when
+  the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
+  message, which carries no frames).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from harness.collect.envs import to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
 
-STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "last")
+STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "preempt", "last")
 
 
 def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int) -> TensorDict:
@@ -71,7 +72,11 @@ class RolloutCollector:
         self.policy_fields = [k for k in self.fields if k not in ("obs", "reward", "terminated", "truncated", "done", "policy_version")]
         self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
-        obs, _ = envs.reset(seed=seed)
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        """Start fresh episodes in every env (a resumed run reseeds here)."""
+        obs, _ = self.envs.reset(seed=seed)
         self.obs = to_tensor(obs)
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)

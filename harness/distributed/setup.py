@@ -43,7 +43,8 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) 
     group per channel (every rank creates every group, in the same order)."""
     timeout = timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout)
+        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout,
+                                store=_attempt_store(layout, timeout))
     except (RuntimeError, dist.DistError) as e:
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         raise RuntimeError(
@@ -65,6 +66,23 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) 
     if nccl_sync:
         groups.sync_nccl = dist.new_group(weights, timeout=timeout, backend="nccl")
     return groups
+
+
+def _attempt_store(layout: Layout, timeout: timedelta) -> dist.Store | None:
+    """Under torchrun, a store whose keys are private to this restart attempt.
+
+    After ``--max-restarts`` restarts a job, the store can still hold the
+    previous attempt's keys, among them the listening addresses of ranks that
+    are dead now; new ranks would read those and fail with "connection
+    refused". Prefixing every key with the attempt number keeps attempts apart.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return None  # not torchrun: env:// as usual
+    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), layout.world_size,
+                          is_master=not agent_hosts_store and layout.rank == 0, timeout=timeout)
+    return dist.PrefixStore(f"harness/attempt-{attempt}", store)
 
 
 def shutdown_distributed() -> None:

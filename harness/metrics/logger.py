@@ -15,20 +15,34 @@ from pathlib import Path
 
 
 class CSVLog:
-    def __init__(self, path: Path):
+    """``resume_frames``: a resumed run keeps the rows up to its checkpoint and
+    drops later ones (they are logged again), so every frame range appears once."""
+
+    def __init__(self, path: Path, resume_frames: int = 0):
         self.path = path
         self.columns: list[str] = []
-        self.rows: list[dict[str, float]] = []
+        self.rows: list[dict] = []
+        if resume_frames and path.exists():
+            with path.open(newline="") as f:
+                reader = csv.DictReader(f)
+                self.columns = list(reader.fieldnames or [])
+                self.rows = [r for r in reader if float(r["frames"]) <= resume_frames]
+            self._rewrite()
+        elif path.exists():
+            path.unlink()  # a fresh run in a used directory starts a fresh log
+
+    def _rewrite(self) -> None:
+        with self.path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, self.columns)
+            writer.writeheader()
+            writer.writerows(self.rows)
 
     def write(self, row: dict[str, float]) -> None:
         self.rows.append(row)
         new = [k for k in row if k not in self.columns]
         if new or not self.path.exists():
             self.columns += new
-            with self.path.open("w", newline="") as f:  # rare: only when the columns change
-                writer = csv.DictWriter(f, self.columns)
-                writer.writeheader()
-                writer.writerows(self.rows)
+            self._rewrite()  # rare: only when the columns change
         else:
             with self.path.open("a", newline="") as f:
                 csv.DictWriter(f, self.columns).writerow(row)
@@ -56,9 +70,11 @@ class ConsoleProgress:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, total_frames: int, console: bool = True):
-        self.start = time.monotonic()
-        self.sinks = [CSVLog(run_dir / "metrics.csv")] + ([ConsoleProgress(total_frames)] if console else [])
+    def __init__(self, run_dir: Path, total_frames: int, console: bool = True, resume_frames: int = 0):
+        csv_log = CSVLog(run_dir / "metrics.csv", resume_frames)
+        # A resumed run's clock continues from its last kept row.
+        self.start = time.monotonic() - (float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0)
+        self.sinks = [csv_log] + ([ConsoleProgress(total_frames)] if console else [])
 
     def log(self, frames: int, metrics: dict[str, float]) -> None:
         row = {"frames": frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}

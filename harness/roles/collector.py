@@ -11,6 +11,7 @@ from harness.collect.evaluate import evaluate
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config
 from harness.data.channel import BatchSender
+from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.sync import Header, WeightSubscriber, make_subscriber
@@ -61,7 +62,9 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     evaluator = make_evaluator(cfg, layout, collector)
     try:
         header = subscriber.wait(min_version=0)
-        rounds = 0
+        if header.frames:  # a resumed run: new episodes, not a replay of the first run's
+            collector.reset(cfg.seed + layout.rank * cfg.collector.num_envs + header.frames)
+        first_round = True
         while not header.stop:
             if cfg.collector.mode == "async":  # the newest weights before every env step
                 batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.header)
@@ -69,12 +72,14 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
                 batch = collector.collect(header)
             if evaluator is not None:
                 evaluator.maybe_run(batch, subscriber.header)
+            batch["stats", "preempt"].fill_(signals.requested())
             sender.send(batch)
-            rounds += 1
             if cfg.collector.mode == "async":
                 header = subscriber.poll() or subscriber.header
-            else:  # round r acts with version r, or r - 1 when pipelined
-                header = subscriber.wait(min_version=rounds - 1 if cfg.collector.pipeline else rounds)
+            else:  # the next version; pipelined, the first two rounds share one
+                again = cfg.collector.pipeline and first_round
+                header = subscriber.wait(min_version=header.version if again else header.version + 1)
+            first_round = False
         sender.send_last(collector.batch)
     finally:
         subscriber.close()

@@ -6,6 +6,7 @@ from its own collectors and DDP averages their gradients.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -13,17 +14,21 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from harness import checkpoint
 from harness.algos import ALGOS, Algorithm
 from harness.collect.envs import env_spec
 from harness.collect.rollout import RolloutCollector, batch_template
 from harness.config import Config
 from harness.data.channel import BatchReceiver
+from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.logger import MetricsLogger
 from harness.roles.collector import Evaluator, build_collector, make_evaluator
 from harness.sync import Header, WeightPublisher, WeightSubscriber, make_publisher
 from harness.sync.local import local_pair
+
+log = logging.getLogger("harness")
 
 
 class InlineCollector:
@@ -102,12 +107,69 @@ class Trainer:
         spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
         self.ddp_group = groups.trainers if groups is not None else None
         self.algo: Algorithm = ALGOS[cfg.algo.name](cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
-        self.publisher, self.source = self._connect(groups)
-        self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger.console) if layout.rank == 0 else None
+        self.run_dir = run_dir
         self.frames = self.version = self.updates = 0
         self.published = -1  # newest version sent
-        self.stats, self.next_log, self.since = Stats(), cfg.logger.log_every_frames, (time.monotonic(), 0)
+        self.saved_frames = -1  # frames of the newest checkpoint written
+        self.resumed_from = self._resume() if cfg.checkpoint.resume else None
+        self.publisher, self.source = self._connect(groups)
+        if layout.single_process and self.frames:
+            self.source.collector.reset(cfg.seed + self.frames)  # new episodes, not a replay
+        self.logger = None
+        if layout.rank == 0:
+            self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger.console, resume_frames=self.frames)
+        self.stats, self.since = Stats(), (time.monotonic(), self.frames)
+        self.next_log = self.frames + cfg.logger.log_every_frames
+        every = cfg.checkpoint.every_frames
+        self.next_checkpoint = (self.frames // every + 1) * every if every else None
+        self.preempted = False
         self.last_row: dict[str, float] = {}
+
+    def _resume(self) -> Path | None:
+        """Every trainer loads the newest valid checkpoint of the run directory."""
+        found = checkpoint.load_latest(self.run_dir, self.cfg.algo.name, self.cfg.env.id)
+        if found is None:
+            return None
+        state, meta, path = found
+        self.algo.load_state_dict(state["algo"])
+        self.frames, self.updates, self.version = meta["frames"], meta["updates"], meta["version"]
+        rng = state["rng"]
+        torch.set_rng_state(rng[self.layout.rank] if self.layout.rank < len(rng) else rng[0])
+        if self.layout.rank == 0:
+            log.info("resumed from %s: frames %d, version %d", path, self.frames, self.version)
+        return path
+
+    def save_checkpoint(self) -> Path | None:
+        """Trainer 0 writes; with several trainers, all take part (RNG states)."""
+        self.saved_frames = self.frames
+        rng = [torch.get_rng_state()]
+        if self.ddp_group is not None:
+            rng = [torch.empty_like(rng[0]) for _ in range(self.layout.trainers)]
+            dist.all_gather(rng, torch.get_rng_state(), group=self.ddp_group)
+        if self.layout.rank != 0:
+            return None
+        meta = {"algo": self.cfg.algo.name, "env": self.cfg.env.id, "frames": self.frames,
+                "updates": self.updates, "version": self.version}
+        path = checkpoint.save(self.run_dir, {"algo": self.algo.state_dict(), "rng": rng}, meta, self.cfg.checkpoint.keep)
+        log.info("checkpoint: %s", path)
+        return path
+
+    def after_update(self, batches: list[TensorDict]) -> None:
+        """The safe point between updates: checkpoint when due or asked to stop."""
+        asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
+        if self.ddp_group is not None:  # every trainer must agree to checkpoint together
+            flag = torch.tensor([float(asked)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ddp_group)
+            asked = bool(flag)
+        due = self.next_checkpoint is not None and self.frames >= self.next_checkpoint
+        if asked or due:
+            self.save_checkpoint()
+            if due:
+                self.next_checkpoint = (self.frames // self.cfg.checkpoint.every_frames + 1) * self.cfg.checkpoint.every_frames
+        if asked and not self.done:
+            self.preempted = True
+            if self.layout.rank == 0:
+                log.warning("preempted at %d frames: checkpoint written; the same command resumes", self.frames)
 
     def _connect(self, groups: Groups | None) -> tuple[WeightPublisher | None, object]:
         """The weight publisher (trainer 0 only) and the batch source.
@@ -143,8 +205,12 @@ class Trainer:
     def done(self) -> bool:
         return self.frames >= self.cfg.collector.total_frames
 
+    @property
+    def stopping(self) -> bool:
+        return self.done or self.preempted
+
     def log(self, metrics: dict[str, float]) -> None:
-        if not (self.frames >= self.next_log or self.done):
+        if not (self.frames >= self.next_log or self.stopping):
             return
         row = self.stats.pop(self.ddp_group)  # a collective when there are several trainers
         now = time.monotonic()
@@ -161,6 +227,8 @@ class Trainer:
                 self.run_async()
             else:
                 self.run_sync()
+            if self.done and self.saved_frames != self.frames:
+                self.save_checkpoint()  # the final weights, for evaluation or as a behaviour policy
             if self.version == self.published:
                 self.version += 1  # the stop must be news to every scheme, shm included
             self.publish(stop=True)
@@ -176,9 +244,11 @@ class Trainer:
         pipeline = self.cfg.collector.pipeline
         frames_per_round = self.cfg.collector.frames_per_batch * len(self.layout.collector_ranks or [0])
         sync_ms = 0.0
-        while not self.done:
+        rounds = 0
+        while not self.stopping:
             batches = self.source.receive()
-            if pipeline and self.updates:
+            rounds += 1
+            if pipeline and rounds > 1:
                 # Only now that round r is in may version r go out: collectors act on
                 # round r + 1 with it while we learn on round r, and no sooner.
                 sync_ms = self.publish()
@@ -188,7 +258,8 @@ class Trainer:
             self.frames += frames_per_round
             self.updates += 1
             self.version += 1
-            if not pipeline and not self.done:
+            self.after_update(batches)
+            if not pipeline and not self.stopping:
                 sync_ms = self.publish()
             self.log({**metrics, "sync/ms": sync_ms})
 
@@ -197,7 +268,7 @@ class Trainer:
         ``sync.publish_every_updates`` updates, drop batches with frames more
         than ``collector.max_policy_lag`` versions old."""
         sync_ms, metrics = 0.0, {}
-        while not self.done:
+        while not self.stopping:
             batch = self.source.receive_any()
             lag = self.version - int(batch["rollout", "policy_version"].min())
             if lag > self.cfg.collector.max_policy_lag:
@@ -207,7 +278,8 @@ class Trainer:
             metrics = self.algo.update([batch], self.frames)
             self.frames += batch["rollout"].numel()
             self.updates += 1
-            if self.updates % self.cfg.sync.publish_every_updates == 0 and not self.done:
+            self.after_update([batch])
+            if self.updates % self.cfg.sync.publish_every_updates == 0 and not self.stopping:
                 self.version += 1
                 sync_ms = self.publish()
             self.log({**metrics, "sync/ms": sync_ms})

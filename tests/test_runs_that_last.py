@@ -1,0 +1,140 @@
+"""Checkpoints, resume, preemption and killed ranks, through the real launcher."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import BIN, ROOT, run_harness
+from harness import checkpoint
+from harness.sync.shared_memory import PREFIX
+
+TINY = ["debug=tiny", "logger.console=false"]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return list(csv.DictReader((run_dir / "metrics.csv").open()))
+
+
+def frames_column(run_dir: Path) -> list[int]:
+    return [int(r["frames"]) for r in rows(run_dir)]
+
+
+def steps(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in checkpoint.checkpoint_dir(run_dir).glob("step-*"))
+
+
+def test_checkpoints_are_written_atomically_and_only_the_newest_kept(workdir):
+    out = run_harness([*TINY, "checkpoint.every_frames=256", "checkpoint.keep=2", "run_dir=run"], workdir, nproc=3)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert steps(workdir / "run") == ["step-000000000768", "step-000000001024"]
+    assert not list((workdir / "run" / "checkpoints").glob(".tmp-*"))
+    state = torch.load(workdir / "run/checkpoints/step-000000001024/state.pt", weights_only=True)
+    assert {"loss", "optimizer"} <= set(state["algo"]) and len(state["rng"]) == 1
+
+
+def test_same_command_resumes_and_every_frame_range_is_logged_once(workdir):
+    first = run_harness([*TINY, "checkpoint.every_frames=256", "run_dir=run"], workdir, nproc=3)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_harness([*TINY, "checkpoint.every_frames=256", "collector.total_frames=2048", "run_dir=run"], workdir, nproc=3)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout + second.stderr
+    table = rows(workdir / "run")
+    assert [int(r["frames"]) for r in table] == list(range(256, 2049, 256))
+    versions = [int(r["sync/version"]) for r in table]
+    assert versions == sorted(versions) and versions[-1] == 16  # 2048 frames / 128 a round
+
+
+def test_corrupt_newest_checkpoint_is_skipped_with_a_warning_naming_it(workdir):
+    out = run_harness([*TINY, "checkpoint.every_frames=256", "run_dir=run"], workdir, nproc=1)
+    assert out.returncode == 0, out.stderr[-3000:]
+    newest = workdir / "run/checkpoints/step-000000001024"
+    data = (newest / "state.pt").read_bytes()
+    (newest / "state.pt").write_bytes(data[: len(data) // 2])  # truncated, as by a full disk
+    out = run_harness([*TINY, "checkpoint.every_frames=256", "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert f"skipping checkpoint {newest}" in text and "step-000000000768" in text
+
+
+def test_checkpoint_of_another_env_is_refused(workdir):
+    assert run_harness([*TINY, "run_dir=run"], workdir, nproc=1).returncode == 0
+    out = run_harness([*TINY, "env=acrobot", "run_dir=run"], workdir, nproc=1)
+    assert out.returncode != 0
+    assert "algo=ppo env=CartPole-v1, but this run is algo=ppo env=Acrobot-v1" in out.stdout + out.stderr
+
+
+def test_run_dir_that_is_not_writable_is_a_clear_error(workdir):
+    (workdir / "a_file").write_text("")
+    out = run_harness([*TINY, f"run_dir={workdir / 'a_file' / 'run'}"], workdir, nproc=1)
+    assert out.returncode != 0 and "is not writable" in out.stdout + out.stderr
+
+
+def torchrun(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0) -> subprocess.Popen:
+    cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}",
+           "-m", "harness.train", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
+    """The pid of the worker with RANK=rank among torchrun's children."""
+    children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    for pid in children:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no worker with RANK={rank} among {children}")
+
+
+LONG = [*TINY, "collector.total_frames=40960", "checkpoint.every_frames=2048", "logger.log_every_frames=1024",
+        "dist_timeout_s=20", "sync.timeout_s=20"]
+
+
+def test_sigterm_checkpoints_within_seconds_and_the_same_command_resumes(workdir):
+    args = [*LONG, "run_dir=run"]
+    job = torchrun(args, workdir)
+    wait_for(lambda: steps(workdir / "run"), 60, "the first checkpoint")
+    before = set(steps(workdir / "run"))
+    job.send_signal(signal.SIGTERM)  # what SLURM does on preemption; torchrun forwards it
+    sent = time.monotonic()
+    wait_for(lambda: set(steps(workdir / "run")) - before, 10, "a checkpoint after SIGTERM")
+    assert time.monotonic() - sent < 10
+    job.communicate(timeout=60)
+    stopped_at = int(steps(workdir / "run")[-1].split("-")[1])
+    assert stopped_at < 40960
+    again = torchrun(args, workdir)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out[-3000:]
+    assert f"frames {stopped_at}" in out  # "resumed from ...: frames N"
+    frames = frames_column(workdir / "run")
+    assert frames == sorted(set(frames)) and frames[-1] == 40960
+
+
+def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(workdir):
+    before = set(Path("/dev/shm").glob(f"{PREFIX}*"))
+    job = torchrun([*LONG, "sync=shm", "run_dir=run"], workdir, restarts=1)
+    wait_for(lambda: steps(workdir / "run"), 60, "the first checkpoint")
+    os.kill(rank_pid(job, 2), signal.SIGKILL)
+    out, _ = job.communicate(timeout=300)
+    assert job.returncode == 0, out[-3000:]
+    assert "resumed from" in out
+    frames = frames_column(workdir / "run")
+    assert frames == sorted(set(frames)) and frames[-1] == 40960
+    time.sleep(1)
+    assert set(Path("/dev/shm").glob(f"{PREFIX}*")) - before == set()

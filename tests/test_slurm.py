@@ -1,0 +1,141 @@
+"""The SLURM scripts on a real SLURM (munged, slurmctld, slurmd) started here.
+
+Needs root and the slurm-wlm package (``.ci/run`` installs it); skips, saying
+which, where either is missing. See ../shared/SLURM_LOCAL.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+CONF = """ClusterName=harness-test
+SlurmctldHost=localhost
+AuthType=auth/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={d}/ctld
+SlurmdSpoolDir={d}/d
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=20
+SlurmdParameters=config_overrides
+NodeName=localhost CPUs=4 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b) and not Path(f"/usr/sbin/{b}").exists()]
+    if missing:
+        pytest.skip(f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install slurm-wlm, as .ci/run does")
+    if os.geteuid() != 0:
+        pytest.skip("starting SLURM's daemons needs root")
+    d = tmp_path_factory.mktemp("slurm")
+    for sub in ("ctld", "d"):
+        (d / sub).mkdir()
+    (d / "slurm.conf").write_text(CONF.format(d=d))
+    env = {**os.environ, "SLURM_CONF": str(d / "slurm.conf")}
+    daemons = []
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        daemons.append(subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"]))
+        wait_for(lambda: Path("/run/munge/munge.socket.2").exists(), 20, "munged")
+    daemons.append(subprocess.Popen(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(d / "slurm.conf")], env=env))
+    daemons.append(subprocess.Popen(["/usr/sbin/slurmd", "-D", "-N", "localhost", "-f", str(d / "slurm.conf")], env=env))
+    try:
+        def idle():
+            out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout
+            return "idle" in out
+        wait_for(idle, 60, "slurmd to register")
+        yield env
+    finally:
+        for p in reversed(daemons):
+            p.terminate()
+        for p in daemons:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def frames(run_dir: Path) -> list[int]:
+    return [int(r["frames"]) for r in csv.DictReader((run_dir / "metrics.csv").open())]
+
+
+def job_env(slurm, run_dir: Path, **extra) -> dict:
+    return {**slurm, "HARNESS_DIR": str(ROOT), "RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1", **extra}
+
+
+def test_single_node_script_runs_a_tiny_job_to_the_end(slurm, tmp_path):
+    out = subprocess.run(["sbatch", "--wait", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"),
+                          "debug=tiny", "logger.console=false"], env=job_env(slurm, tmp_path / "run"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert out.returncode == 0, out.stderr + log[-3000:]
+    assert frames(tmp_path / "run")[-1] == 1024
+
+
+def test_multi_node_script_rendezvous_of_two_node_tasks(slurm, tmp_path):
+    """Two srun tasks on localhost stand in for two nodes: each a torchrun
+    agent, meeting at the c10d rendezvous the script derives from the node list."""
+    out = subprocess.run(["sbatch", "--wait", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/multi_node.sbatch"),
+                          "debug=tiny", "sync=hierarchical", "logger.console=false"],
+                         env=job_env(slurm, tmp_path / "run", NNODES="2", NPROC="2"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert out.returncode == 0, out.stderr + log[-3000:]
+    assert "--rdzv_endpoint=localhost:" in log
+    assert frames(tmp_path / "run")[-1] == 1152  # 3 collectors x 64 frames a round
+
+
+def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["debug=tiny", "logger.console=false", "collector.total_frames=40960", "checkpoint.every_frames=2048",
+            "logger.log_every_frames=2048"]
+    submitted = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"), *args],
+                               env=job_env(slurm, run_dir), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    wait_for(lambda: list((run_dir / "checkpoints").glob("step-*")), 120, "the first checkpoint")
+    subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
+
+    def finished():
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm, capture_output=True, text=True).stdout.strip()
+        return state == "" and (run_dir / "metrics.csv").exists() and frames(run_dir)[-1] == 40960
+
+    wait_for(finished, 400, "the requeued job to finish")
+    log = (tmp_path / "job.out").read_text()
+    assert "resumed from" in log, log[-3000:]
+    seen = frames(run_dir)
+    assert seen == sorted(set(seen)) and seen[-1] == 40960
