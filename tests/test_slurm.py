@@ -129,6 +129,11 @@ def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
     job = submitted.stdout.strip().split(";")[0]
     wait_for(lambda: list((run_dir / "checkpoints").glob("step-*")), 120, "the first checkpoint")
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
+    # SLURM holds a requeued job back for a while before it may start again;
+    # let it start as soon as it is pending.
+    wait_for(lambda: "PENDING" in subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm,
+                                                capture_output=True, text=True).stdout, 120, "the job to be requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
 
     def finished():
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm, capture_output=True, text=True).stdout.strip()
