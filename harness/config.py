@@ -81,10 +81,26 @@ class EvalConfig:
 
 @dataclass
 class LoggerConfig:
-    """Trainer 0's metrics: always a CSV in the run directory."""
+    """Trainer 0's metrics: always a CSV in the run directory; wandb on request."""
 
-    log_every_frames: int = 10_000  # one CSV row (and console line) per this many frames
+    backend: str = "csv"  # csv | wandb (metrics.csv is written in both cases)
+    log_every_frames: int = 10_000  # one row (and console line) per this many frames
     console: bool = True  # print a progress line per row
+    mode: str = "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
+    project: str = "harness"  # wandb project
+    entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
+    group: Optional[str] = None  # wandb group, e.g. one per sweep
+    name: Optional[str] = None  # wandb run name; default: the run directory's name
+    tags: list[str] = field(default_factory=list)  # wandb tags
+    init_timeout_s: float = 60.0  # give up on reaching wandb after this long (training goes on)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("csv", "wandb"):
+            raise ValueError(f"logger.backend={self.backend!r}: choose csv or wandb (logger=csv / logger=wandb)")
+        if self.mode not in ("online", "offline", "disabled"):
+            raise ValueError(f"logger.mode={self.mode!r}: choose online, offline or disabled")
+        if self.log_every_frames < 1:
+            raise ValueError(f"logger.log_every_frames must be >= 1, got {self.log_every_frames}")
 
 
 @dataclass

@@ -70,11 +70,22 @@ class ConsoleProgress:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, total_frames: int, console: bool = True, resume_frames: int = 0):
+    """Trainer 0's sinks: the CSV, the console line, and wandb if asked for."""
+
+    def __init__(self, run_dir: Path, total_frames: int, cfg, config: dict | None = None, resume_frames: int = 0):
         csv_log = CSVLog(run_dir / "metrics.csv", resume_frames)
         # A resumed run's clock continues from its last kept row.
         self.start = time.monotonic() - (float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0)
-        self.sinks = [csv_log] + ([ConsoleProgress(total_frames)] if console else [])
+        self.sinks = [csv_log] + ([ConsoleProgress(total_frames)] if cfg.console else [])
+        if cfg.backend == "wandb":
+            from harness.metrics.wandb_sink import WandbSink
+
+            self.sinks.append(WandbSink(run_dir, config or {}, cfg))
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            if hasattr(sink, "close"):
+                sink.close()
 
     def log(self, frames: int, metrics: dict[str, float]) -> None:
         row = {"frames": frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from harness import checkpoint
@@ -117,8 +118,9 @@ class Trainer:
             self.source.collector.reset(cfg.seed + self.frames)  # new episodes, not a replay
         self.logger = None
         if layout.rank == 0:
-            self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger.console, resume_frames=self.frames)
-        self.stats, self.since = Stats(), (time.monotonic(), self.frames)
+            config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+            self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger, config, resume_frames=self.frames)
+        self.stats, self.since = Stats(), (time.monotonic(), self.frames, self.updates)
         self.next_log = self.frames + cfg.logger.log_every_frames
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.frames // every + 1) * every if every else None
@@ -148,8 +150,10 @@ class Trainer:
             dist.all_gather(rng, torch.get_rng_state(), group=self.ddp_group)
         if self.layout.rank != 0:
             return None
+        wandb_id = self.run_dir / "wandb_id"
         meta = {"algo": self.cfg.algo.name, "env": self.cfg.env.id, "frames": self.frames,
-                "updates": self.updates, "version": self.version}
+                "updates": self.updates, "version": self.version,
+                "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None}
         path = checkpoint.save(self.run_dir, {"algo": self.algo.state_dict(), "rng": rng}, meta, self.cfg.checkpoint.keep)
         log.info("checkpoint: %s", path)
         return path
@@ -215,7 +219,10 @@ class Trainer:
         row = self.stats.pop(self.ddp_group)  # a collective when there are several trainers
         now = time.monotonic()
         row["collect/frames_per_s"] = (self.frames - self.since[1]) / (now - self.since[0])
-        self.next_log, self.since = self.frames + self.cfg.logger.log_every_frames, (now, self.frames)
+        row["train/updates_per_s"] = (self.updates - self.since[2]) / (now - self.since[0])
+        if self.publisher is not None:
+            row["sync/bytes"] = self.publisher.payload_bytes
+        self.next_log, self.since = self.frames + self.cfg.logger.log_every_frames, (now, self.frames, self.updates)
         if self.logger is not None:
             self.last_row = {**row, **metrics, "sync/version": self.version, "train/updates": self.updates}
             self.logger.log(self.frames, self.last_row)
@@ -236,6 +243,8 @@ class Trainer:
         finally:
             if self.publisher is not None:
                 self.publisher.close()
+            if self.logger is not None:
+                self.logger.close()
         return self.last_row
 
     def run_sync(self) -> None:

@@ -172,6 +172,7 @@ class WeightPublisher(abc.ABC):
     def __init__(self, endpoint: Endpoint, timeout_s: float):
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.payload_bytes = 0  # size of one publish, known after connect
 
     @abc.abstractmethod
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:

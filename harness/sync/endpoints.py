@@ -47,7 +47,9 @@ class Publisher(WeightPublisher):
         def make_payload() -> Payload:
             return Payload(models, value_names, self.wire_dtype, self.device, pin)
 
-        check_schema(make_payload().schema, group=self.group, root=self.endpoint.rank, who=str(self.endpoint), what="weights")
+        template = make_payload()
+        self.payload_bytes = template.buffer.numel()
+        check_schema(template.schema, group=self.group, root=self.endpoint.rank, who=str(self.endpoint), what="weights")
         for sink in self.sinks:
             sink.open(make_payload)
         self.after_open()

@@ -27,6 +27,7 @@ class LocalPublisher(WeightPublisher):
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         self.source = weights_of(models)
         self.mailbox.payload = Payload(models, value_names)
+        self.payload_bytes = self.mailbox.payload.buffer.numel()
 
     def publish(self, header: Header) -> None:
         self.mailbox.payload.write(self.source, header)

@@ -1,0 +1,118 @@
+"""Plots from runs and benchmarks.
+
+    python scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png
+    python scripts/plot.py --bench bench-weight_sync.json --out latency.png
+
+Learning curves: ``train/episode_return`` (and ``eval/return`` where logged)
+against env frames and against wall time, one line per run. Runs whose
+configs differ only in ``seed`` (and ``run_dir``) are one line: their mean,
+with a band from the lowest to the highest seed.
+
+Benchmarks: the JSON of ``benchmarks/weight_sync.py`` (median latency against
+model size per scheme, log-log) or of ``benchmarks/collect.py`` (frames per
+second per case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import numpy as np  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+
+def load_run(run_dir: Path) -> tuple[str, dict[str, np.ndarray]]:
+    """(label without the seed, columns) of one run directory."""
+    metrics = run_dir / "metrics.csv"
+    if not metrics.exists():
+        sys.exit(f"{run_dir} has no metrics.csv: is it a run directory?")
+    rows = list(csv.DictReader(metrics.open()))
+    columns = {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows]) for k in rows[0]}
+    label = run_dir.name
+    if (run_dir / "config.yaml").exists():
+        cfg = OmegaConf.load(run_dir / "config.yaml")
+        label = f"{cfg.algo.name} {cfg.env.id} sync={cfg.sync.name}"
+        cfg.seed, cfg.run_dir = None, None
+        label += f" [{hashlib.sha1(OmegaConf.to_yaml(cfg).encode()).hexdigest()[:6]}]"  # same config, same line
+    return label, columns
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> None:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for run_dir in run_dirs:
+        label, columns = load_run(run_dir)
+        groups[label].append(columns)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (label, runs), color in zip(groups.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10):
+        seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
+        for ax, x_key in zip(axes, ("frames", "time_s")):
+            grid = np.linspace(max(r[x_key].min() for r in runs), min(r[x_key].max() for r in runs), 200)
+            curves = np.array([np.interp(grid, r[x_key], r["train/episode_return"]) for r in runs])
+            ax.plot(grid, curves.mean(0), color=color, label=f"{label}{seeds}")
+            if len(runs) > 1:
+                ax.fill_between(grid, curves.min(0), curves.max(0), color=color, alpha=0.2)
+            for r in runs:
+                if "eval/return" in r and np.isfinite(r["eval/return"]).any():
+                    ok = np.isfinite(r["eval/return"])
+                    ax.plot(r[x_key][ok], r["eval/return"][ok], "o", color=color, markersize=3)
+    axes[0].set_xlabel("env frames")
+    axes[1].set_xlabel("wall time (s)")
+    for ax in axes:
+        ax.set_ylabel("episode return (lines: training; dots: evaluation)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def plot_bench(path: Path, out: Path) -> None:
+    rows = json.loads(path.read_text())
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if rows and "scheme" in rows[0]:
+        by_scheme = defaultdict(list)
+        for r in rows:
+            by_scheme[r["scheme"]].append((r["params"], r["median_ms"]))
+        for scheme, points in by_scheme.items():
+            points.sort()
+            style = "--" if scheme in ("memcpy", "gloo_per_param") else "-o"
+            ax.plot(*zip(*points), style, label=scheme)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("model parameters (float32, 100 tensors)")
+        ax.set_ylabel("publish-to-applied latency, median (ms)")
+        ax.legend()
+    else:
+        ax.barh([r["case"] for r in rows], [r["frames_per_s"] for r in rows])
+        ax.set_xlabel("env frames per second")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="*", type=Path, help="run directories")
+    parser.add_argument("--bench", type=Path, help="a benchmark JSON instead of runs")
+    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    args = parser.parse_args()
+    if args.bench:
+        plot_bench(args.bench, args.out)
+    elif args.runs:
+        plot_runs(args.runs, args.out)
+    else:
+        parser.error("give run directories or --bench FILE.json")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
