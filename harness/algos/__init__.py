@@ -7,8 +7,11 @@ subclass; one line in ``ALGOS``; one ``conf/algo/<name>.yaml``.
 from __future__ import annotations
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy
+from harness.algos.dqn import DQN
 from harness.algos.ppo import PPO
+from harness.algos.sac import SAC
+from harness.algos.td3 import TD3
 
-ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO}
+ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "td3": TD3, "dqn": DQN}
 
 __all__ = ["ALGOS", "AlgoConfig", "Algorithm", "Policy"]

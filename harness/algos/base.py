@@ -43,6 +43,8 @@ class Algorithm(abc.ABC):
     Config: ClassVar[type[AlgoConfig]]
     # Named floats sent to collectors with every publish (DQN: epsilon).
     header_values: ClassVar[tuple[str, ...]] = ()
+    # Store each frame's next observation in batches (replay-based algorithms).
+    needs_next_obs: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames

@@ -29,10 +29,12 @@ from harness.sync.contract import Header
 STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "preempt", "last")
 
 
-def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int) -> TensorDict:
+def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False) -> TensorDict:
     """A packed, zero-filled batch. Collectors and trainers both build it from
     the config (the policy's outputs on a dummy observation give the extra
-    fields), so the layout is known on both ends before any frame exists."""
+    fields), so the layout is known on both ends before any frame exists.
+    ``next_obs``: also store each frame's next observation (the true final
+    one at an episode's end), as replay-based algorithms need."""
     obs = torch.zeros(num_envs, *obs_shape)
     with torch.no_grad():
         out = policy(obs)
@@ -46,6 +48,8 @@ def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_e
             "policy_version": torch.zeros(num_envs, dtype=torch.int64),
         }
     )
+    if next_obs:
+        frame["next_obs"] = obs.clone()
     stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in STATS})
     batch = TensorDict(rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats)
     return pack(batch.zero_())
@@ -57,19 +61,20 @@ class RolloutCollector:
     The batch is reused: it is valid until the next ``collect``.
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, frames_per_batch: int, seed: int):
+    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, frames_per_batch: int, seed: int, next_obs: bool = False):
         self.envs, self.policy = envs, policy
         self.num_envs = envs.num_envs
         if frames_per_batch % self.num_envs:
             raise ValueError(f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}")
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs)
+        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs)
         # Per-field tensors and numpy views of them, looked up once: the step
         # loop then only copies (numpy item assignment is the cheapest there is).
         self.fields = dict(self.batch["rollout"].items())
         self.arrays = {k: v.numpy() for k, v in self.fields.items()}
-        self.policy_fields = [k for k in self.fields if k not in ("obs", "reward", "terminated", "truncated", "done", "policy_version")]
+        env_fields = ("obs", "next_obs", "reward", "terminated", "truncated", "done", "policy_version")
+        self.policy_fields = [k for k in self.fields if k not in env_fields]
         self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
         self.reset(seed)
@@ -95,7 +100,7 @@ class RolloutCollector:
             env_action = out["action"].numpy()
             if self.clip is not None:
                 env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action
-            obs, reward, terminated, truncated, _ = self.envs.step(env_action)
+            obs, reward, terminated, truncated, info = self.envs.step(env_action)
             for key in self.policy_fields:
                 f[key][t] = out[key]
             a["obs"][t] = self.obs.numpy()
@@ -103,8 +108,12 @@ class RolloutCollector:
             a["terminated"][t] = terminated
             a["truncated"][t] = truncated
             a["policy_version"][t] = header.version
-            self.obs = to_tensor(obs)
             done = terminated | truncated
+            if "next_obs" in a:
+                a["next_obs"][t] = obs
+                for i in np.flatnonzero(done):  # same-step autoreset: obs is already the next episode's
+                    a["next_obs"][t, i] = info["final_obs"][i]
+            self.obs = to_tensor(obs)
 
             self.episode_return += reward
             self.episode_length += 1

@@ -28,7 +28,8 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     algo = ALGOS[cfg.algo.name]
     policy = algo.make_policy(cfg.algo, spec_of(envs))
     subscriber.connect({"policy": policy}, algo.header_values)
-    return RolloutCollector(envs, policy, cfg.collector.frames_per_batch, seed=cfg.seed + rank * cfg.collector.num_envs)
+    seed = cfg.seed + rank * cfg.collector.num_envs
+    return RolloutCollector(envs, policy, cfg.collector.frames_per_batch, seed, algo.needs_next_obs)
 
 
 class Evaluator:

@@ -192,7 +192,7 @@ class Trainer:
             publisher = make_publisher(cfg.sync, layout.rank, groups)
             publisher.connect(models, self.algo.header_values)
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        template = batch_template(models["policy"], self.algo.spec.obs_shape, steps, cfg.collector.num_envs)
+        template = batch_template(models["policy"], self.algo.spec.obs_shape, steps, cfg.collector.num_envs, self.algo.needs_next_obs)
         receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
         return publisher, receiver
 

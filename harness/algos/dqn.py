@@ -1,0 +1,115 @@
+"""Deep Q-Network (Mnih et al. 2015), as CleanRL's ``dqn.py``, with a
+double-DQN option (van Hasselt et al. 2016).
+
+Epsilon-greedy exploration runs on the collectors; its schedule (linear from
+``start_e`` to ``end_e`` over ``exploration_fraction`` of the run) is driven
+by the global frame count and travels with the weights as the ``epsilon``
+header value. A target network is copied (or Polyak-averaged, ``tau`` < 1)
+every ``target_network_frequency`` gradient steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torch import nn
+
+from harness.algos.base import Policy
+from harness.algos.nets import mlp
+from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
+from harness.collect.envs import EnvSpec
+from harness.packing import pack_parameters_
+
+
+@dataclass
+class DQNConfig(OffPolicyConfig):
+    """Defaults are CleanRL's ``dqn.py`` (CartPole); train_frequency 10 there is update_to_data 0.1 here."""
+
+    name: str = "dqn"
+    buffer_size: int = 10_000
+    batch_size: int = 128
+    learning_starts: int = 10_000
+    update_to_data: float = 0.1
+    learning_rate: float = 2.5e-4  # Adam learning rate
+    tau: float = 1.0  # target update: 1 copies, < 1 averages
+    target_network_frequency: int = 500  # gradient steps between target updates
+    start_e: float = 1.0  # epsilon at the start
+    end_e: float = 0.05  # epsilon at the end of the schedule
+    exploration_fraction: float = 0.5  # fraction of collector.total_frames over which epsilon decays
+    double_dqn: bool = False  # pick the next action with the online network, value it with the target
+    hidden_sizes: tuple[int, ...] = (120, 84)  # Q-network widths
+
+
+class QPolicy(Policy):
+    def __init__(self, spec: EnvSpec, hidden_sizes):
+        super().__init__()
+        self.num_actions = spec.num_actions
+        self.net = mlp(int(torch.tensor(spec.obs_shape).prod()), list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
+
+    def q(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.flatten(1))
+
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+        action = self.q(obs).argmax(-1)
+        if not deterministic:
+            epsilon = 1.0 if values.get("random") else values.get("epsilon", 0.0)
+            explore = torch.rand(obs.shape[0]) < epsilon
+            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape), action)
+        return TensorDict(action=action, batch_size=obs.shape[:1])
+
+
+def epsilon_at(cfg: DQNConfig, frames: int, total_frames: int) -> float:
+    """Linear decay from start_e to end_e over exploration_fraction of the run."""
+    duration = max(cfg.exploration_fraction * total_frames, 1)
+    return max(cfg.end_e, cfg.start_e + (cfg.end_e - cfg.start_e) * frames / duration)
+
+
+class DQN(OffPolicyAlgorithm):
+    Config = DQNConfig
+    header_values = ("random", "epsilon")
+
+    def __init__(self, cfg: DQNConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+        super().__init__(cfg, spec, total_frames, ddp_group)
+        self.q_net = pack_parameters_(self.make_policy(cfg, spec))
+        self.target = copy.deepcopy(self.q_net)
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.learning_rate)
+
+    @classmethod
+    def make_policy(cls, cfg: DQNConfig, spec: EnvSpec) -> QPolicy:
+        if not spec.discrete:
+            raise ValueError("algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones")
+        return QPolicy(spec, cfg.hidden_sizes)
+
+    def published_models(self) -> dict[str, nn.Module]:
+        return {"policy": self.q_net}
+
+    def checkpointed(self) -> dict[str, object]:
+        return {"q_net": self.q_net, "target": self.target, "optimizer": self.optimizer}
+
+    def values_for_header(self, frames: int) -> dict[str, float]:
+        return {**super().values_for_header(frames), "epsilon": epsilon_at(self.cfg, frames, self.total_frames)}
+
+    def td_target(self, batch: TensorDict) -> torch.Tensor:
+        with torch.no_grad():
+            next_q = self.target.q(batch["next_obs"])
+            if self.cfg.double_dqn:  # the online network chooses, the target network values
+                best = self.q_net.q(batch["next_obs"]).argmax(-1, keepdim=True)
+                next_value = next_q.gather(-1, best).squeeze(-1)
+            else:
+                next_value = next_q.max(-1).values
+            return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_value
+
+    def learn(self, batch: TensorDict) -> dict[str, float]:
+        q = self.q_net.q(batch["obs"]).gather(-1, batch["action"].long().unsqueeze(-1)).squeeze(-1)
+        loss = F.mse_loss(q, self.td_target(batch))
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        if self.gradient_steps % self.cfg.target_network_frequency == 0:
+            soft_update(self.target, self.q_net, self.cfg.tau)
+        return {"train/td_loss": loss.item(), "train/q_values": q.mean().item()}

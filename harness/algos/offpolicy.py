@@ -1,0 +1,79 @@
+"""The skeleton every off-policy algorithm shares: store collectors' frames as
+transitions in a replay buffer, then take ``update_to_data`` gradient steps
+per stored frame once ``learning_starts`` frames are in. Before that,
+collectors act at random (the ``random`` header value).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from harness.algos.base import AlgoConfig, Algorithm
+from harness.algos.replay import ReplayBuffer
+from harness.collect.envs import EnvSpec
+
+
+@dataclass
+class OffPolicyConfig(AlgoConfig):
+    """Fields every off-policy algorithm has."""
+
+    buffer_size: int = 1_000_000  # replay capacity in transitions (memory is allocated at start)
+    batch_size: int = 256  # transitions per gradient step
+    learning_starts: int = 5_000  # frames of random actions before the first update
+    update_to_data: float = 1.0  # gradient steps per collected frame, whatever the number of collectors
+    gamma: float = 0.99  # discount
+    memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
+
+    def __post_init__(self) -> None:
+        if self.buffer_size < 1 or self.batch_size < 1 or self.learning_starts < 0 or self.update_to_data <= 0:
+            raise ValueError("algo.buffer_size and batch_size must be >= 1, learning_starts >= 0, update_to_data > 0")
+
+
+class OffPolicyAlgorithm(Algorithm):
+    needs_next_obs = True
+    header_values = ("random",)  # 1 while collectors should act at random
+
+    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+        super().__init__(cfg, spec, total_frames, ddp_group)
+        self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
+        self.owed = 0.0  # fractional gradient steps carried to the next batch
+        self.gradient_steps = 0
+
+    def values_for_header(self, frames: int) -> dict[str, float]:
+        return {"random": float(frames < self.cfg.learning_starts)}
+
+    @staticmethod
+    def transitions(batch: TensorDict) -> TensorDict:
+        rollout = batch["rollout"]
+        return rollout.select("obs", "action", "reward", "next_obs", "terminated").reshape(-1)
+
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+        for batch in batches:
+            data = self.transitions(batch)
+            if self.buffer is None:
+                self.buffer = ReplayBuffer(self.cfg.buffer_size, data[0], self.cfg.memmap_dir or None)
+            self.buffer.extend(data)
+            frames += data.shape[0]
+            if frames > self.cfg.learning_starts:
+                self.owed += self.cfg.update_to_data * data.shape[0]
+        metrics: dict[str, float] = {}
+        while self.owed >= 1:
+            self.owed -= 1
+            self.gradient_steps += 1
+            metrics = self.learn(self.buffer.sample(self.cfg.batch_size))
+        return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size}
+
+    @abc.abstractmethod
+    def learn(self, batch: TensorDict) -> dict[str, float]:
+        """One gradient step on ``batch``; returns ``train/...`` metrics."""
+
+
+def soft_update(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: ``target <- tau * source + (1 - tau) * target``."""
+    with torch.no_grad():
+        for t, s in zip(target.parameters(), source.parameters()):
+            t.lerp_(s, tau)

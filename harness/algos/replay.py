@@ -1,0 +1,47 @@
+"""Uniform replay on preallocated TensorDict storage.
+
+Capacity is in transitions; all memory is allocated at start, so its size is
+known (``nbytes``) and never grows. With ``memmap_dir`` the storage is a
+memory-mapped TensorDict on disk, for capacities larger than RAM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+
+
+class ReplayBuffer:
+    def __init__(self, capacity: int, transition: TensorDict, memmap_dir: str | Path | None = None):
+        """``transition``: one example transition (batch size ``[]``): its keys,
+        shapes and dtypes define the storage."""
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        storage = transition.expand(capacity)
+        self.storage = storage.memmap_like(str(memmap_dir)) if memmap_dir else storage.clone()
+        self.capacity, self.cursor, self.size = capacity, 0, 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.storage.values(include_nested=True, leaves_only=True))
+
+    def extend(self, batch: TensorDict) -> None:
+        """Append ``batch`` (batch size ``[n]``), overwriting the oldest when full."""
+        n = batch.shape[0]
+        if n > self.capacity:
+            batch, n = batch[-self.capacity :], self.capacity
+        idx = (self.cursor + torch.arange(n)) % self.capacity
+        self.storage[idx] = batch
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        """``batch_size`` transitions drawn uniformly, with replacement."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        return self.storage[torch.randint(0, self.size, (batch_size,), generator=generator)]
+
+    def state_dict(self) -> dict:
+        return {"storage": self.storage[: self.size].to_dict(), "cursor": self.cursor, "size": self.size}
