@@ -50,8 +50,8 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
         sent = []
         original = channel.BatchSender.send
 
-        def counted(self, batch):
-            original(self, batch)
+        def counted(self, batch, **kwargs):
+            original(self, batch, **kwargs)
             sent.append(time.monotonic())
 
         channel.BatchSender.send = counted

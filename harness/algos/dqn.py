@@ -37,7 +37,8 @@ class DQNConfig(OffPolicyConfig):
     update_to_data: float = 0.1
     learning_rate: float = 2.5e-4  # Adam learning rate
     tau: float = 1.0  # target update: 1 copies, < 1 averages
-    target_network_frequency: int = 500  # gradient steps between target updates
+    # Gradient steps between target updates: CleanRL's 500 env steps at one step per 10 frames.
+    target_network_frequency: int = 50
     start_e: float = 1.0  # epsilon at the start
     end_e: float = 0.05  # epsilon at the end of the schedule
     exploration_fraction: float = 0.5  # fraction of collector.total_frames over which epsilon decays

@@ -14,8 +14,10 @@ trainer can take every batch still in flight before it shuts down.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
+from typing import Callable
 
 import torch.distributed as dist
 from tensordict import TensorDict
@@ -35,7 +37,33 @@ class BatchSender:
         self.group, self.rank, self.trainer, self.timeout_s = group, rank, trainer, timeout_s
         check_schema(schema(template), group=group, root=0, who=f"rank {rank} (collector)", what="batch")
 
-    def send(self, batch: TensorDict) -> None:
+    def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None:
+        """Hand ``batch`` to the trainer; returns once it took it.
+
+        ``while_waiting`` is called repeatedly until then (async mode: polling
+        for weights, so that a trainer publishing by collective broadcast never
+        waits on a collector that waits on it). The send then runs in a helper
+        thread: Gloo's point-to-point work cannot be polled for completion.
+        """
+        if while_waiting is None:
+            return self._send(batch)
+        failure: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                self._send(batch)
+            except BaseException as e:  # handed to the calling thread
+                failure.append(e)
+
+        thread = threading.Thread(target=send, name="batch-send", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            while_waiting()
+            thread.join(0.0005)
+        if failure:
+            raise failure[0]
+
+    def _send(self, batch: TensorDict) -> None:
         try:
             dist.isend(buffer_of(batch), dst=self.trainer, group=self.group).wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
@@ -48,7 +76,7 @@ class BatchSender:
         """The final message: no frames, ``stats.last`` set."""
         batch["stats"].zero_()
         batch["stats", "last"].fill_(1)
-        self.send(batch)
+        self._send(batch)
 
 
 class BatchReceiver:

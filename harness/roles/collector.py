@@ -74,10 +74,12 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
             if evaluator is not None:
                 evaluator.maybe_run(batch, subscriber.header)
             batch["stats", "preempt"].fill_(signals.requested())
-            sender.send(batch)
             if cfg.collector.mode == "async":
+                sender.send(batch, while_waiting=subscriber.poll)
                 header = subscriber.poll() or subscriber.header
-            else:  # the next version; pipelined, the first two rounds share one
+            else:
+                sender.send(batch)
+                # The next version; pipelined, the first two rounds share one.
                 again = cfg.collector.pipeline and first_round
                 header = subscriber.wait(min_version=header.version if again else header.version + 1)
             first_round = False

@@ -1,0 +1,47 @@
+"""Short learning checks of the off-policy algorithms: each can fail.
+
+Random play scores about -1200 on Pendulum-v1 and 22 on CartPole-v1.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from conftest import run_harness
+
+pytestmark = pytest.mark.slow
+
+
+def returns(run_dir) -> list[float]:
+    return [float(r["train/episode_return"]) for r in csv.DictReader((run_dir / "metrics.csv").open())
+            if r["train/episode_return"] not in ("", "nan")]
+
+
+@pytest.mark.parametrize("preset", ["sac_pendulum", "td3_pendulum"])
+def test_continuous_control_learns_pendulum(workdir, preset):
+    out = run_harness([f"experiment={preset}", "collector.total_frames=7168", "eval.every_frames=0", "logger.console=false",
+                       "run_dir=run"], workdir, nproc=1, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    curve = returns(workdir / "run")
+    assert max(curve[-2:]) > -700, curve
+
+
+def test_dqn_learns_cartpole(workdir):
+    out = run_harness(["experiment=dqn_cartpole", "collector.total_frames=30000", "algo.learning_starts=1000",
+                       "algo.exploration_fraction=0.3", "algo.target_network_frequency=100", "algo.update_to_data=0.25",
+                       "logger.log_every_frames=3000", "logger.console=false", "run_dir=run"], workdir, nproc=1, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    curve = returns(workdir / "run")
+    assert max(curve[-3:]) > 150, curve
+
+
+def test_offpolicy_runs_distributed_with_random_warmup_then_learning(workdir):
+    """Async collection through torchrun: the replay fills, gradient steps follow update_to_data."""
+    out = run_harness(["experiment=sac_pendulum", "collector.total_frames=1536", "algo.learning_starts=512", "algo.batch_size=64",
+                       "eval.every_frames=0", "logger.log_every_frames=512", "logger.console=false", "run_dir=run"], workdir, nproc=3)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = list(csv.DictReader((workdir / "run" / "metrics.csv").open()))
+    assert int(rows[-1]["train/replay_size"]) == int(rows[-1]["frames"])
+    assert 0 < int(rows[-1]["train/gradient_steps"]) <= int(rows[-1]["frames"]) - 512 + 64
