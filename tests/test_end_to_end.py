@@ -76,3 +76,12 @@ def test_hierarchical_across_two_simulated_nodes(workdir):
     assert [p.returncode for p in nodes] == [0, 0], [o[1][-2000:] for o in outs]
     assert int(rows(workdir / "run")[-1]["frames"]) == 1152  # 3 collectors x 64 frames a round, 6 rounds
     assert set(Path("/dev/shm").glob(f"{PREFIX}*")) - before == set()
+
+
+@pytest.mark.parametrize("preset", ["sac_halfcheetah", "td3_hopper", "ppo_halfcheetah"])
+def test_mujoco_presets_run_a_few_thousand_frames(workdir, preset):
+    extra = [] if preset.startswith("ppo") else ["algo.learning_starts=512", "algo.batch_size=32", "algo.update_to_data=0.1"]
+    out = run_harness([f"experiment={preset}", "collector.total_frames=2048", "logger.log_every_frames=1024",
+                       "eval.every_frames=0", "logger.console=false", "run_dir=run", *extra], workdir, nproc=1)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(rows(workdir / "run")[-1]["frames"]) >= 2048
