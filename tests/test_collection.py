@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import csv
-import math
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 from hydra import compose, initialize_config_dir
 

@@ -9,7 +9,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from conftest import BIN, ROOT, run_harness

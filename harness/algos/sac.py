@@ -43,6 +43,17 @@ def q_network(spec: EnvSpec, hidden: int) -> nn.Module:
     return mlp(int(torch.tensor(spec.obs_shape).prod()) + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
 
 
+def critic_step(q1: nn.Module, q2: nn.Module, optimizer: torch.optim.Optimizer, batch: TensorDict, target: torch.Tensor) -> dict[str, float]:
+    """One step of both critics towards ``target`` (shared by SAC and TD3)."""
+    q_input = torch.cat([batch["obs"].flatten(1), batch["action"]], -1)
+    q1_value, q2_value = q1(q_input).squeeze(-1), q2(q_input).squeeze(-1)
+    q_loss = F.mse_loss(q1_value, target) + F.mse_loss(q2_value, target)
+    optimizer.zero_grad()
+    q_loss.backward()
+    optimizer.step()
+    return {"train/q_loss": q_loss.item(), "train/q1": q1_value.mean().item(), "train/q2": q2_value.mean().item()}
+
+
 class Bounds(nn.Module):
     """The action box as buffers: ``low + (tanh(u) + 1) / 2 * (high - low)``."""
 
@@ -127,14 +138,7 @@ class SAC(OffPolicyAlgorithm):
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
         cfg = self.cfg
-        target = self.q_target(batch)
-        q_input = torch.cat([batch["obs"].flatten(1), batch["action"]], -1)
-        q1, q2 = self.q1(q_input).squeeze(-1), self.q2(q_input).squeeze(-1)
-        q_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
-        self.q_optimizer.zero_grad()
-        q_loss.backward()
-        self.q_optimizer.step()
-        metrics = {"train/q_loss": q_loss.item(), "train/q1": q1.mean().item(), "train/q2": q2.mean().item()}
+        metrics = critic_step(self.q1, self.q2, self.q_optimizer, batch, self.q_target(batch))
 
         if self.gradient_steps % cfg.policy_frequency == 0:  # delayed, then as many steps as were skipped
             for _ in range(cfg.policy_frequency):

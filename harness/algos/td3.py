@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
 from harness.algos.base import Policy
 from harness.algos.nets import mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
-from harness.algos.sac import Bounds, q_network
+from harness.algos.sac import Bounds, critic_step, q_network
 from harness.collect.envs import EnvSpec
 from harness.packing import pack_parameters_
 
@@ -96,14 +95,7 @@ class TD3(OffPolicyAlgorithm):
             return batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_q
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
-        target = self.q_target(batch)
-        q_input = torch.cat([batch["obs"].flatten(1), batch["action"]], -1)
-        q1, q2 = self.q1(q_input).squeeze(-1), self.q2(q_input).squeeze(-1)
-        q_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
-        self.q_optimizer.zero_grad()
-        q_loss.backward()
-        self.q_optimizer.step()
-        metrics = {"train/q_loss": q_loss.item(), "train/q1": q1.mean().item(), "train/q2": q2.mean().item()}
+        metrics = critic_step(self.q1, self.q2, self.q_optimizer, batch, self.q_target(batch))
         if self.gradient_steps % self.cfg.policy_frequency == 0:  # delayed actor and target updates
             actor_loss = -self.q1(torch.cat([batch["obs"].flatten(1), self.actor.deterministic(batch["obs"])], -1)).mean()
             self.actor_optimizer.zero_grad()
