@@ -32,6 +32,7 @@ class CheckpointConfig:
     every_frames: int = 100_000  # write one each time this many more frames were learned from; 0: only at the end
     keep: int = 3  # newest checkpoints kept; older ones are deleted
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
+    replay_buffer: bool = False  # off-policy: keep the replay buffer in checkpoints (large: algo.buffer_size transitions)
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.keep < 1:

@@ -137,3 +137,16 @@ def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(wo
     assert frames == sorted(set(frames)) and frames[-1] == 40960
     time.sleep(1)
     assert set(Path("/dev/shm").glob(f"{PREFIX}*")) - before == set()
+
+
+def test_replay_buffer_travels_in_the_checkpoint_when_asked(workdir):
+    args = ["experiment=sac_pendulum", "collector.total_frames=640", "algo.learning_starts=256", "algo.batch_size=16",
+            "algo.update_to_data=0.1", "eval.every_frames=0", "checkpoint.replay_buffer=true", "logger.console=false",
+            "logger.log_every_frames=320", "run_dir=run"]
+    assert run_harness(args, workdir, nproc=1).returncode == 0
+    state = torch.load(workdir / "run/checkpoints/step-000000000640/state.pt", weights_only=True)
+    assert state["replay"]["size"] == 640
+    out = run_harness([*args[:1], "collector.total_frames=960", *args[2:]], workdir, nproc=1)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = list(csv.DictReader((workdir / "run" / "metrics.csv").open()))
+    assert int(rows[-1]["train/replay_size"]) == 960  # 640 restored + 320 new

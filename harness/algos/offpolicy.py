@@ -67,6 +67,14 @@ class OffPolicyAlgorithm(Algorithm):
             metrics = self.learn(self.buffer.sample(self.cfg.batch_size))
         return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size}
 
+    def replay_state(self) -> dict | None:
+        """The replay buffer, for checkpoints that keep it."""
+        return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "steps": self.gradient_steps}
+
+    def load_replay_state(self, state: dict) -> None:
+        self.buffer = ReplayBuffer.from_state(state, self.cfg.buffer_size, self.cfg.memmap_dir or None)
+        self.owed, self.gradient_steps = state["owed"], state["steps"]
+
     @abc.abstractmethod
     def learn(self, batch: TensorDict) -> dict[str, float]:
         """One gradient step on ``batch``; returns ``train/...`` metrics."""

@@ -45,3 +45,11 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         return {"storage": self.storage[: self.size].to_dict(), "cursor": self.cursor, "size": self.size}
+
+    @classmethod
+    def from_state(cls, state: dict, capacity: int, memmap_dir: str | Path | None = None) -> "ReplayBuffer":
+        stored = TensorDict(state["storage"], batch_size=[state["size"]])
+        buffer = cls(capacity, stored[0], memmap_dir)
+        buffer.storage[: state["size"]] = stored
+        buffer.cursor, buffer.size = state["cursor"] % capacity, min(state["size"], capacity)
+        return buffer

@@ -134,6 +134,8 @@ class Trainer:
             return None
         state, meta, path = found
         self.algo.load_state_dict(state["algo"])
+        if state.get("replay") is not None and hasattr(self.algo, "load_replay_state"):
+            self.algo.load_replay_state(state["replay"])
         self.frames, self.updates, self.version = meta["frames"], meta["updates"], meta["version"]
         rng = state["rng"]
         torch.set_rng_state(rng[self.layout.rank] if self.layout.rank < len(rng) else rng[0])
@@ -154,7 +156,10 @@ class Trainer:
         meta = {"algo": self.cfg.algo.name, "env": self.cfg.env.id, "frames": self.frames,
                 "updates": self.updates, "version": self.version,
                 "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None}
-        path = checkpoint.save(self.run_dir, {"algo": self.algo.state_dict(), "rng": rng}, meta, self.cfg.checkpoint.keep)
+        state = {"algo": self.algo.state_dict(), "rng": rng}
+        if self.cfg.checkpoint.replay_buffer and hasattr(self.algo, "replay_state"):
+            state["replay"] = self.algo.replay_state()
+        path = checkpoint.save(self.run_dir, state, meta, self.cfg.checkpoint.keep)
         log.info("checkpoint: %s", path)
         return path
 
