@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import BIN, ROOT, run_harness
+from conftest import BIN, ROOT, run_harness, wait_for
 from harness import checkpoint
 from harness.sync.shared_memory import PREFIX
 
@@ -81,14 +81,6 @@ def torchrun(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0) -> s
            "-m", "harness.train", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def rank_pid(launcher: subprocess.Popen, rank: int) -> int:

@@ -10,12 +10,11 @@ import csv
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 
 CONF = """ClusterName=harness-test
 SlurmctldHost=localhost
@@ -43,14 +42,6 @@ SlurmdParameters=config_overrides
 NodeName=localhost CPUs=4 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
