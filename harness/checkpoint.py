@@ -68,6 +68,12 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     return final
 
 
+def read(path: Path) -> tuple[dict, dict]:
+    """One checkpoint's ``(state, meta)``; raises if it cannot be read."""
+    meta = json.loads((Path(path) / "meta.json").read_text())
+    return torch.load(Path(path) / "state.pt", weights_only=True, map_location="cpu"), meta
+
+
 def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path] | None:
     """The newest valid checkpoint as ``(state, meta, path)``, or None.
 
@@ -76,8 +82,7 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
     """
     for path in sorted(checkpoint_dir(run_dir).glob("step-*"), reverse=True):
         try:
-            meta = json.loads((path / "meta.json").read_text())
-            state = torch.load(path / "state.pt", weights_only=True, map_location="cpu")
+            state, meta = read(path)
         except Exception as e:  # any unreadable checkpoint is skipped, not fatal
             log.warning("skipping checkpoint %s: it cannot be read (%s: %s)", path, type(e).__name__, e)
             continue

@@ -119,13 +119,31 @@ class Config:
     run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
+    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.dataset) or minari:<id>
 
     def __post_init__(self) -> None:
+        self._check_dataset()
         if self.topology.trainers > 1 and self.collector.mode == "async":
             raise ValueError(
                 f"topology.trainers={self.topology.trainers} with collector.mode=async: data-parallel trainers "
                 "need equal batches each step, which only sync mode gives. Use collector.mode=sync or one trainer."
             )
+
+    def _check_dataset(self) -> None:
+        offline = ALGOS[self.algo.name].offline
+        if offline and not self.dataset:
+            raise ValueError(
+                f"algo={self.algo.name} learns from a dataset: add dataset=<path>. Write one with "
+                f"`python -m harness.dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
+            )
+        if not offline and self.dataset:
+            raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
+        if offline and self.topology.trainers > 1:
+            raise ValueError("offline algorithms run on one trainer (topology.trainers=1); more collectors evaluate more often")
+        if offline and not self.dataset.startswith("minari:"):  # a directory: cheap to check here (Minari loads at start)
+            from harness.data.dataset import load
+
+            load(self.dataset, self.env.id)
 
     @property
     def run_name(self) -> str:

@@ -45,6 +45,8 @@ class Algorithm(abc.ABC):
     header_values: ClassVar[tuple[str, ...]] = ()
     # Store each frame's next observation in batches (replay-based algorithms).
     needs_next_obs: ClassVar[bool] = False
+    # Learns from a fixed dataset, not from collectors' frames (harness/algos/offline.py).
+    offline: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames

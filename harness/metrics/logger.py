@@ -16,9 +16,10 @@ from pathlib import Path
 
 class CSVLog:
     """``resume_frames``: a resumed run keeps the rows up to its checkpoint and
-    drops later ones (they are logged again), so every frame range appears once."""
+    drops later ones (they are logged again), so every frame range appears once.
+    ``step``: the first column (frames; gradient steps in offline runs)."""
 
-    def __init__(self, path: Path, resume_frames: int = 0):
+    def __init__(self, path: Path, resume_frames: int = 0, step: str = "frames"):
         self.path = path
         self.columns: list[str] = []
         self.rows: list[dict] = []
@@ -26,7 +27,7 @@ class CSVLog:
             with path.open(newline="") as f:
                 reader = csv.DictReader(f)
                 self.columns = list(reader.fieldnames or [])
-                self.rows = [r for r in reader if float(r["frames"]) <= resume_frames]
+                self.rows = [r for r in reader if float(r[step]) <= resume_frames]
             self._rewrite()
         elif path.exists():
             path.unlink()  # a fresh run in a used directory starts a fresh log
@@ -49,21 +50,21 @@ class CSVLog:
 
 
 class ConsoleProgress:
-    """One line per log step: frames of total, speed, return, ETA."""
+    """One line per log step: frames (or gradient steps) of total, speed, return, ETA."""
 
-    def __init__(self, total_frames: int, stream=sys.stdout):
-        self.total, self.stream = total_frames, stream
+    def __init__(self, total_frames: int, stream=sys.stdout, step: str = "frames"):
+        self.total, self.stream, self.step = total_frames, stream, step
 
     def write(self, row: dict[str, float]) -> None:
-        frames, elapsed = row["frames"], row["time_s"]
+        frames, elapsed = row[self.step], row["time_s"]
         fps = frames / elapsed if elapsed > 0 else 0.0
         eta = max(self.total - frames, 0) / fps if fps > 0 else math.inf
-        ret = row.get("train/episode_return")
+        ret = row.get("train/episode_return", row.get("eval/return"))
         ret_text = f"{ret:8.1f}" if ret is not None and not math.isnan(ret) else "       -"
         eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if math.isfinite(eta) else "--:--:--"
         print(
-            f"[{100 * frames / self.total:5.1f}%] frames {int(frames):>9,}/{self.total:,} | "
-            f"{fps:8,.0f} fps | return {ret_text} | eta {eta_text}",
+            f"[{100 * frames / self.total:5.1f}%] {self.step.replace('_', ' ')} {int(frames):>9,}/{self.total:,} | "
+            f"{fps:8,.0f} /s | return {ret_text} | eta {eta_text}",
             file=self.stream,
             flush=True,
         )
@@ -72,15 +73,16 @@ class ConsoleProgress:
 class MetricsLogger:
     """Trainer 0's sinks: the CSV, the console line, and wandb if asked for."""
 
-    def __init__(self, run_dir: Path, total_frames: int, cfg, config: dict | None = None, resume_frames: int = 0):
-        csv_log = CSVLog(run_dir / "metrics.csv", resume_frames)
+    def __init__(self, run_dir: Path, total_frames: int, cfg, config: dict | None = None, resume_frames: int = 0, step: str = "frames"):
+        self.step = step
+        csv_log = CSVLog(run_dir / "metrics.csv", resume_frames, step)
         # A resumed run's clock continues from its last kept row.
         self.start = time.monotonic() - (float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0)
-        self.sinks = [csv_log] + ([ConsoleProgress(total_frames)] if cfg.console else [])
+        self.sinks = [csv_log] + ([ConsoleProgress(total_frames, step=step)] if cfg.console else [])
         if cfg.backend == "wandb":
             from harness.metrics.wandb_sink import WandbSink
 
-            self.sinks.append(WandbSink(run_dir, config or {}, cfg))
+            self.sinks.append(WandbSink(run_dir, config or {}, cfg, step))
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -88,6 +90,6 @@ class MetricsLogger:
                 sink.close()
 
     def log(self, frames: int, metrics: dict[str, float]) -> None:
-        row = {"frames": frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}
+        row = {self.step: frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}
         for sink in self.sinks:
             sink.write(row)

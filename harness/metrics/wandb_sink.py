@@ -22,7 +22,7 @@ def _scrub(text: str) -> str:
 
 
 class WandbSink:
-    def __init__(self, run_dir: Path, config: dict, cfg):
+    def __init__(self, run_dir: Path, config: dict, cfg, step: str = "frames"):
         self.run, self.mode = None, cfg.mode
         id_file = run_dir / "wandb_id"
         try:
@@ -35,9 +35,9 @@ class WandbSink:
                 settings=wandb.Settings(console="off", init_timeout=cfg.init_timeout_s),
             )
             id_file.write_text(run_id)
-            # Charts against env frames, so a resumed run's rows land where they belong.
-            self.run.define_metric("frames")
-            self.run.define_metric("*", step_metric="frames")
+            # Charts against env frames (offline: gradient steps), so a resumed run's rows land where they belong.
+            self.run.define_metric(step)
+            self.run.define_metric("*", step_metric=step)
         except Exception as e:  # wandb must never stop training
             self._fail("could not start", e)
 

@@ -14,6 +14,7 @@ from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.roles.evaluator import run_evaluator
 from harness.sync import Header, WeightSubscriber, make_subscriber
 
 
@@ -57,6 +58,8 @@ def make_evaluator(cfg: Config, layout: Layout, collector: RolloutCollector) -> 
 
 
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
+    if ALGOS[cfg.algo.name].offline:
+        return run_evaluator(cfg, layout, groups)  # offline: collectors only evaluate
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)

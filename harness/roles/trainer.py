@@ -1,7 +1,8 @@
 """A trainer rank: learn from collectors' batches, publish weights, log.
 
 Trainer 0 publishes and logs; with several trainers (sync mode) each learns
-from its own collectors and DDP averages their gradients.
+from its own collectors and DDP averages their gradients. An offline
+algorithm learns from its dataset instead, and its collectors only evaluate.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from harness.algos import ALGOS, Algorithm
 from harness.collect.envs import env_spec
 from harness.collect.rollout import RolloutCollector, batch_template
 from harness.config import Config
+from harness.data import dataset
 from harness.data.channel import BatchReceiver
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.logger import MetricsLogger
 from harness.roles.collector import Evaluator, build_collector, make_evaluator
+from harness.roles.evaluator import EvalStats, InlineEvaluations, RemoteEvaluations, eval_message
 from harness.sync import Header, WeightPublisher, WeightSubscriber, make_publisher
 from harness.sync.local import local_pair
 
@@ -109,6 +112,14 @@ class Trainer:
         self.ddp_group = groups.trainers if groups is not None else None
         self.algo: Algorithm = ALGOS[cfg.algo.name](cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
         self.run_dir = run_dir
+        self.offline = self.algo.offline  # then "frames" count gradient steps: there are no env frames
+        self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
+        normalize = None
+        if self.offline:
+            data, meta = dataset.load(cfg.dataset, cfg.env.id)
+            dataset.check_shapes(cfg.dataset, data, spec.obs_shape, spec.action_shape)
+            self.algo.use_dataset(data)
+            normalize = meta.normalized
         self.frames = self.version = self.updates = 0
         self.published = -1  # newest version sent
         self.saved_frames = -1  # frames of the newest checkpoint written
@@ -119,8 +130,10 @@ class Trainer:
         self.logger = None
         if layout.rank == 0:
             config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-            self.logger = MetricsLogger(run_dir, cfg.collector.total_frames, cfg.logger, config, resume_frames=self.frames)
-        self.stats, self.since = Stats(), (time.monotonic(), self.frames, self.updates)
+            step = "gradient_steps" if self.offline else "frames"
+            self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_frames=self.frames, step=step)
+        self.stats = EvalStats(normalize) if self.offline else Stats()
+        self.since = (time.monotonic(), self.frames, self.updates)
         self.next_log = self.frames + cfg.logger.log_every_frames
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.frames // every + 1) * every if every else None
@@ -190,16 +203,21 @@ class Trainer:
         if layout.single_process:
             publisher, subscriber = local_pair(cfg.sync.timeout_s)
             publisher.connect(models, self.algo.header_values)
+            if self.offline:
+                return publisher, InlineEvaluations(cfg, subscriber)
             collector = build_collector(cfg, 0, subscriber)
             return publisher, InlineCollector(collector, subscriber, make_evaluator(cfg, layout, collector))
         publisher = None
         if layout.rank == 0:
             publisher = make_publisher(cfg.sync, layout.rank, groups)
             publisher.connect(models, self.algo.header_values)
-        steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        template = batch_template(models["policy"], self.algo.spec.obs_shape, steps, cfg.collector.num_envs, self.algo.needs_next_obs)
+        if self.offline:
+            template = eval_message()
+        else:
+            steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
+            template = batch_template(models["policy"], self.algo.spec.obs_shape, steps, cfg.collector.num_envs, self.algo.needs_next_obs)
         receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
-        return publisher, receiver
+        return publisher, RemoteEvaluations(receiver) if self.offline else receiver
 
     def publish(self, stop: bool = False) -> float:
         """Send the current weights as ``self.version``; returns milliseconds."""
@@ -212,7 +230,7 @@ class Trainer:
 
     @property
     def done(self) -> bool:
-        return self.frames >= self.cfg.collector.total_frames
+        return self.frames >= self.total
 
     @property
     def stopping(self) -> bool:
@@ -223,7 +241,8 @@ class Trainer:
             return
         row = self.stats.pop(self.ddp_group)  # a collective when there are several trainers
         now = time.monotonic()
-        row["collect/frames_per_s"] = (self.frames - self.since[1]) / (now - self.since[0])
+        if not self.offline:
+            row["collect/frames_per_s"] = (self.frames - self.since[1]) / (now - self.since[0])
         row["train/updates_per_s"] = (self.updates - self.since[2]) / (now - self.since[0])
         if self.publisher is not None:
             row["sync/bytes"] = self.publisher.payload_bytes
@@ -235,7 +254,9 @@ class Trainer:
     def run(self) -> dict[str, float]:
         try:
             self.publish()  # version 0: the initial weights
-            if self.cfg.collector.mode == "async":
+            if self.offline:
+                self.run_offline()
+            elif self.cfg.collector.mode == "async":
                 self.run_async()
             else:
                 self.run_sync()
@@ -296,6 +317,24 @@ class Trainer:
             if self.updates % self.cfg.sync.publish_every_updates == 0 and not self.stopping:
                 self.version += 1
                 sync_ms = self.publish()
+            self.log({**metrics, "sync/ms": sync_ms})
+
+    def run_offline(self) -> None:
+        """Gradient steps on the dataset; publish every ``sync.publish_every_updates``
+        steps for the collectors to evaluate; log what they report. The last
+        row waits for the final weights' evaluation."""
+        sync_ms, metrics = 0.0, {}
+        while not self.stopping:
+            metrics = self.algo.update([], self.frames)
+            self.frames += 1
+            self.updates += 1
+            self.after_update([])
+            if self.updates % self.cfg.sync.publish_every_updates == 0 or self.stopping:
+                self.version += 1
+                sync_ms = self.publish()
+            if self.done:
+                self.source.wait_for(self.version, self.cfg.dist_timeout_s)
+            self.stats.add(self.source.take())
             self.log({**metrics, "sync/ms": sync_ms})
 
 

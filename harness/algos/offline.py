@@ -1,0 +1,55 @@
+"""The skeleton every offline algorithm shares: gradient steps on uniform
+samples of a fixed dataset (``dataset=<path>``), no environment frames.
+
+Collectors only evaluate the weights trainer 0 publishes, so progress is
+counted in gradient steps: ``algo.gradient_steps`` is the run's length, and
+``logger.log_every_frames`` / ``checkpoint.every_frames`` count gradient
+steps too.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from harness.algos.base import AlgoConfig, Algorithm
+
+
+@dataclass
+class OfflineConfig(AlgoConfig):
+    """Fields every offline algorithm has."""
+
+    gradient_steps: int = 1_000_000  # the run's length
+    batch_size: int = 256  # transitions per gradient step
+    gamma: float = 0.99  # discount
+
+    def __post_init__(self) -> None:
+        if self.gradient_steps < 1 or self.batch_size < 1:
+            raise ValueError("algo.gradient_steps and algo.batch_size must be >= 1")
+
+
+class OfflineAlgorithm(Algorithm):
+    offline = True
+
+    def __init__(self, cfg: OfflineConfig, spec, total_frames: int, ddp_group=None):
+        super().__init__(cfg, spec, total_frames, ddp_group)
+        self.data: TensorDict | None = None
+        self.steps = 0  # gradient steps taken by this process
+
+    def use_dataset(self, data: TensorDict) -> None:
+        """The transitions to learn from (memory-mapped is fine: only samples are read)."""
+        self.data = data
+
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+        """One gradient step on a uniform sample of the dataset (collectors'
+        messages carry evaluations, not frames)."""
+        self.steps += 1
+        index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
+        return self.learn(self.data[index])
+
+    @abc.abstractmethod
+    def learn(self, batch: TensorDict) -> dict[str, float]:
+        """One gradient step on ``batch``; returns ``train/...`` metrics."""

@@ -1,0 +1,153 @@
+"""Offline datasets: transitions in a memory-mapped TensorDict, and what they are.
+
+A dataset is a directory:
+
+- ``data/``: a TensorDict saved with ``memmap`` (one file per field), batch
+  size ``[n]``: ``obs``, ``action``, ``reward``, ``next_obs``,
+  ``terminated``, ``truncated``;
+- ``meta.json``: the env it was collected on, its size, the mean return of the
+  behaviour policy's episodes, and the random and expert reference returns
+  that normalised scores use: ``100 * (R - random) / (expert - random)``.
+
+``meta.json`` is written last, so a directory without it is an unfinished
+write and is refused. ``dataset=minari:<id>`` reads a Minari dataset that is
+already on this machine instead (see :mod:`harness.data.minari`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+FORMAT = 1
+
+
+class DatasetError(ValueError):
+    """A dataset that is missing, unfinished, or for another env."""
+
+
+@dataclass
+class Meta:
+    env: str  # gymnasium id the transitions come from
+    transitions: int
+    episodes: int  # episodes that ended inside the dataset
+    behaviour_return: float  # their mean return
+    random_return: float | None = None  # reference returns for normalised scores
+    expert_return: float | None = None
+    sources: list[dict] = field(default_factory=list)  # what wrote it: policies, frames, seeds
+    format: int = FORMAT
+
+    def normalized(self, ret: float) -> float | None:
+        if self.random_return is None or self.expert_return is None or self.expert_return == self.random_return:
+            return None
+        return 100 * (ret - self.random_return) / (self.expert_return - self.random_return)
+
+
+def allocate(path: str | Path, example: TensorDict, n: int) -> TensorDict:
+    """Zero-filled memory-mapped storage for ``n`` transitions shaped like
+    ``example`` (batch size ``[]``); writers fill slices of it, possibly from
+    several processes (each reopens it with :func:`open_storage`)."""
+    path = Path(path)
+    if (path / "meta.json").exists():
+        raise DatasetError(f"{path} already holds a dataset: pick another out= or delete it first")
+    path.mkdir(parents=True, exist_ok=True)
+    return example.select(*FIELDS).expand(n).memmap_like(str(path / "data"), existsok=True)
+
+
+def open_storage(path: str | Path) -> TensorDict:
+    return TensorDict.load_memmap(str(Path(path) / "data"))
+
+
+def finish(path: str | Path, meta: Meta) -> None:
+    """Write ``meta.json`` (atomically): from now on the dataset can be read."""
+    tmp = Path(path) / f".meta.json.{os.getpid()}"
+    tmp.write_text(json.dumps(asdict(meta), indent=1))
+    os.replace(tmp, Path(path) / "meta.json")
+
+
+def save(path: str | Path, data: TensorDict, meta: Meta) -> None:
+    """Write an in-memory dataset (batch size ``[n]``)."""
+    allocate(path, data[0], data.shape[0]).update_(data.select(*FIELDS))
+    finish(path, meta)
+
+
+def load(name: str | Path, env_id: str | None = None) -> tuple[TensorDict, Meta]:
+    """The transitions (memory-mapped: nothing is read until sampled) and the
+    meta of a dataset directory or of ``minari:<id>``; with ``env_id``, a
+    dataset from another env is refused."""
+    if str(name).startswith("minari:"):
+        from harness.data.minari import load_minari
+
+        data, meta = load_minari(str(name)[len("minari:") :])
+    else:
+        data, meta = _load_dir(Path(name))
+    if env_id is not None and meta.env != env_id:
+        raise DatasetError(
+            f"dataset {name} was collected on {meta.env}, but this run is env.id={env_id}: "
+            f"pick the env it was made for (env=...) or a dataset made for {env_id}"
+        )
+    return data, meta
+
+
+def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
+    if not path.exists():
+        raise DatasetError(
+            f"dataset {path} does not exist (nothing is downloaded). Write one with "
+            f"`python -m harness.dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
+            "for a Minari dataset already on this machine"
+        )
+    if not (path / "meta.json").exists():
+        raise DatasetError(f"{path} has no meta.json: its write never finished. Delete it and write it again")
+    meta = Meta(**json.loads((path / "meta.json").read_text()))
+    if meta.format != FORMAT:
+        raise DatasetError(f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}")
+    data = open_storage(path)
+    missing = [k for k in FIELDS if k not in data.keys()]
+    if missing or data.shape[0] != meta.transitions:
+        raise DatasetError(
+            f"{path} is damaged: meta.json says {meta.transitions} transitions, data/ holds {data.shape[0]}"
+            + (f" and lacks {missing}" if missing else "")
+        )
+    return data, meta
+
+
+def check_shapes(name: str, data: TensorDict, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> None:
+    """Refuse a dataset whose observations or actions do not fit the env's."""
+    got = (tuple(data["obs"].shape[1:]), tuple(data["action"].shape[1:]))
+    if got != (tuple(obs_shape), tuple(action_shape)):
+        raise DatasetError(
+            f"dataset {name} holds observations {got[0]} and actions {got[1]}, but the env has "
+            f"observations {tuple(obs_shape)} and actions {tuple(action_shape)}"
+        )
+
+
+def concatenate(names: list[str], out: str | Path) -> Meta:
+    """A mixed dataset: the transitions of every dataset in ``names`` (one
+    env), one after another. Reference returns are averaged."""
+    if len(names) < 2:
+        raise DatasetError("mixing needs at least two datasets")
+    loaded = [load(n) for n in names]
+    envs = {meta.env for _, meta in loaded}
+    if len(envs) > 1:
+        raise DatasetError(f"cannot mix datasets of different envs: {sorted(envs)}")
+    data = torch.cat([d.select(*FIELDS).to_tensordict() for d, _ in loaded])
+    metas = [m for _, m in loaded]
+    episodes = sum(m.episodes for m in metas)
+    behaviour = sum(m.behaviour_return * m.episodes for m in metas) / episodes if episodes else float("nan")
+
+    def mean_of(values: list[float | None]) -> float | None:
+        return None if None in values else sum(values) / len(values)
+
+    meta = Meta(
+        env=metas[0].env, transitions=data.shape[0], episodes=episodes, behaviour_return=behaviour,
+        random_return=mean_of([m.random_return for m in metas]), expert_return=mean_of([m.expert_return for m in metas]),
+        sources=[{"dataset": str(n), **s} for n, m in zip(names, metas) for s in m.sources],
+    )
+    save(out, data, meta)
+    return meta

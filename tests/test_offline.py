@@ -1,0 +1,187 @@
+"""Offline RL: datasets the harness writes and loads, IQL and CQL."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from conftest import BIN, ROOT, run_harness
+from harness.algos.cql import CQL, CQLConfig, cql_penalty
+from harness.algos.iql import IQL, IQLConfig, expectile_loss
+from harness.collect.envs import env_spec
+from harness.data import dataset
+
+PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
+
+
+def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
+    launcher = [sys.executable] if nproc == 1 else [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*launcher, "-m", "harness.dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
+    g = torch.Generator().manual_seed(0)
+    return TensorDict(
+        obs=torch.randn(n, obs_dim, generator=g), action=torch.rand(n, 1, generator=g) * 4 - 2,
+        reward=torch.randn(n, generator=g), next_obs=torch.randn(n, obs_dim, generator=g),
+        terminated=torch.rand(n, generator=g) < 0.1, truncated=torch.rand(n, generator=g) < 0.1, batch_size=[n],
+    )
+
+
+def test_dataset_round_trip_is_bit_exact(tmp_path):
+    data = random_transitions(1000)
+    meta = dataset.Meta(env="Pendulum-v1", transitions=1000, episodes=5, behaviour_return=-500.0, random_return=-1200.0, expert_return=-150.0)
+    dataset.save(tmp_path / "ds", data, meta)
+    loaded, loaded_meta = dataset.load(tmp_path / "ds", "Pendulum-v1")
+    assert loaded_meta == meta
+    for key in dataset.FIELDS:
+        assert loaded[key].dtype == data[key].dtype and torch.equal(loaded[key], data[key]), key
+    assert meta.normalized(-150.0) == 100.0 and meta.normalized(-1200.0) == 0.0
+
+
+def test_dataset_for_another_env_is_refused(tmp_path):
+    dataset.save(tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0))
+    with pytest.raises(dataset.DatasetError, match="collected on Pendulum-v1, but this run is env.id=CartPole-v1"):
+        dataset.load(tmp_path / "ds", "CartPole-v1")
+    data, _ = dataset.load(tmp_path / "ds")
+    with pytest.raises(dataset.DatasetError, match=r"observations \(3,\).*env has observations \(4,\)"):
+        dataset.check_shapes("ds", data, CARTPOLE.obs_shape, CARTPOLE.action_shape)
+
+
+def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
+    with pytest.raises(dataset.DatasetError, match="does not exist.*python -m harness.dataset"):
+        dataset.load(tmp_path / "nowhere")
+    storage = dataset.allocate(tmp_path / "half", random_transitions(1)[0], 10)  # a write that never finished
+    assert storage.shape == (10,)
+    with pytest.raises(dataset.DatasetError, match="no meta.json: its write never finished"):
+        dataset.load(tmp_path / "half")
+    dataset.finish(tmp_path / "half", dataset.Meta(env="Pendulum-v1", transitions=11, episodes=0, behaviour_return=0.0))
+    with pytest.raises(dataset.DatasetError, match="meta.json says 11 transitions, data/ holds 10"):
+        dataset.load(tmp_path / "half")
+
+
+def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
+    """Two real ranks roll out random actions into one storage; then a mix of two datasets."""
+    done = write_dataset(["env=cartpole", "out=rand", "frames=2001", "num_envs=2"], workdir, nproc=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data, meta = dataset.load(workdir / "rand", "CartPole-v1")
+    assert meta.transitions == 2001 == data.shape[0] and [s["rank"] for s in meta.sources] == [0, 1]
+    assert (data["obs"].abs().sum(-1) > 0).all()  # no row left unwritten by either rank
+    assert 10 < meta.behaviour_return < 40 and 10 < meta.random_return < 40  # random CartPole lasts about 22 steps
+    # Within an episode, each transition's next observation is the following one's observation
+    # (ranks' rows are [time, env] flattened: env e's next step is 2 rows on).
+    rank0 = data[:1000]
+    follows = ~(rank0["terminated"] | rank0["truncated"])[:-2]
+    assert torch.equal(rank0["next_obs"][:-2][follows], rank0["obs"][2:][follows])
+
+    again = write_dataset(["env=cartpole", "out=rand2", "frames=500", "seed=7"], workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    mixed = write_dataset(["mix=[rand,rand2]", "out=mixed"], workdir)
+    assert mixed.returncode == 0, mixed.stderr[-3000:]
+    data_mixed, meta_mixed = dataset.load(workdir / "mixed")
+    second, _ = dataset.load(workdir / "rand2")
+    assert meta_mixed.transitions == 2501 and torch.equal(data_mixed["obs"], torch.cat([data["obs"], second["obs"]]))
+    refused = write_dataset(["out=rand", "frames=10"], workdir)
+    assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
+
+
+def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeypatch):
+    minari = pytest.importorskip("minari", reason="the offline extra is not installed: pip install -e '.[offline]'")
+    import gymnasium as gym
+    from minari.data_collector import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    env = gym.make("Pendulum-v1")
+    episodes = []
+    for seed in range(2):
+        obs, _ = env.reset(seed=seed)
+        observations, actions, rewards, terms, truncs = [obs], [], [], [], []
+        done = False
+        while not done:
+            action = env.action_space.sample()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            observations.append(obs), actions.append(action), rewards.append(reward), terms.append(terminated), truncs.append(truncated)
+            done = terminated or truncated
+        episodes.append(EpisodeBuffer(observations=np.array(observations), actions=np.array(actions), rewards=np.array(rewards),
+                                      terminations=np.array(terms), truncations=np.array(truncs)))
+    minari.create_dataset_from_buffers(dataset_id="pendulum/test-v0", buffer=episodes, env=env, algorithm_name="random",
+                                       ref_min_score=-1200.0, ref_max_score=-150.0)
+    data, meta = dataset.load("minari:pendulum/test-v0", "Pendulum-v1")
+    assert data.shape == (400,) and meta.transitions == 400 and meta.episodes == 2
+    first = episodes[0]
+    assert torch.equal(data["obs"][:200], torch.from_numpy(np.array(first.observations[:-1])).float())
+    assert torch.equal(data["next_obs"][:200], torch.from_numpy(np.array(first.observations[1:])).float())
+    assert bool(data["truncated"][199]) and not bool(data["truncated"][198])
+    assert meta.behaviour_return == pytest.approx(np.mean([np.sum(e.rewards) for e in episodes]))
+    assert (meta.random_return, meta.expert_return) == (-1200.0, -150.0)
+    with pytest.raises(dataset.DatasetError, match="not on this machine.*minari download pendulum/other-v0"):
+        dataset.load("minari:pendulum/other-v0")
+
+
+def test_expectile_loss_hand_checked():
+    diff = torch.tensor([1.0, -2.0])  # Q above V weighs 0.7, below 0.3
+    assert expectile_loss(diff, 0.7).item() == pytest.approx((0.7 * 1 + 0.3 * 4) / 2)
+    assert expectile_loss(diff, 0.5).item() == pytest.approx(0.5 * (1 + 4) / 2)  # 0.5: half the mean squared error
+
+
+def test_cql_penalty_hand_checked():
+    q = torch.tensor([[1.0, 2.0, 3.0]])
+    expected = math.log(math.exp(1) + math.exp(2) + math.exp(3)) - 1.0
+    assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0])).item() == pytest.approx(expected)
+    # Importance weights: actions drawn with density p count as exp(Q) / p.
+    log_p = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
+    assert cql_penalty(q, log_p, torch.tensor([1.0])).item() == pytest.approx(expected + math.log(2))
+    # Temperature T: T * logsumexp(Q / T); a low one approaches the hard maximum.
+    assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0]), temperature=0.01).item() == pytest.approx(2.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("algo,spec", [(IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM), (CQL(CQLConfig(batch_size=32, n_actions=3), PENDULUM, 0), PENDULUM),
+                                       (CQL(CQLConfig(batch_size=32), CARTPOLE, 0), CARTPOLE)], ids=["iql", "cql", "cql-discrete"])
+def test_offline_updates_run_and_change_the_policy(algo, spec):
+    n = 64
+    data = random_transitions(n, obs_dim=spec.obs_shape[0])
+    if spec.discrete:
+        data["action"] = torch.randint(0, spec.num_actions, (n,))
+    algo.use_dataset(data)
+    before = [p.detach().clone() for p in algo.published_models()["policy"].parameters()]
+    metrics = [algo.update([], 0) for _ in range(3)]
+    assert all(math.isfinite(v) for row in metrics for v in row.values())
+    after = list(algo.published_models()["policy"].parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
+    done = write_dataset(["env=pendulum", "out=pend", "frames=200"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    missing = run_harness(["algo=iql", "env=pendulum"], workdir)
+    assert missing.returncode != 0 and "algo=iql learns from a dataset: add dataset=<path>" in missing.stderr
+    wrong = run_harness(["algo=cql", "env=cartpole", "dataset=pend"], workdir)
+    assert wrong.returncode != 0 and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
+
+
+def test_discrete_cql_learns_cartpole_from_random_play(workdir):
+    """Random play lasts about 22 steps; CQL on 20k random transitions, with two
+    collector ranks evaluating published weights, does far better."""
+    done = write_dataset(["env=cartpole", "out=rand", "frames=20000", "reference.episodes=20"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = run_harness(["algo=cql", "env=cartpole", "dataset=rand", "algo.gradient_steps=3000", "algo.cql_alpha=1.0",
+                       "algo.tau=1.0", "algo.target_update_every=100", "algo.hidden=64", "sync.publish_every_updates=250",
+                       "logger.log_every_frames=500", "eval.episodes=5", "run_dir=run"], workdir, nproc=3)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with (workdir / "run" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["gradient_steps"]) for r in rows] == [500, 1000, 1500, 2000, 2500, 3000]
+    final = rows[-1]
+    assert int(float(final["eval/version"])) == 12  # the last row holds the final weights' evaluation
+    behaviour = json.loads((workdir / "rand" / "meta.json").read_text())["behaviour_return"]
+    assert float(final["eval/return"]) > 4 * behaviour, final
