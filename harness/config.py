@@ -123,6 +123,11 @@ class Config:
 
     def __post_init__(self) -> None:
         self._check_dataset()
+        if self.topology.trainers > 1 and not ALGOS[self.algo.name].data_parallel_trainers:
+            raise ValueError(
+                f"topology.trainers={self.topology.trainers}: algo={self.algo.name} learns on one trainer (its replay or "
+                "dataset lives there); use topology.trainers=1 and add collector ranks instead"
+            )
         if self.topology.trainers > 1 and self.collector.mode == "async":
             raise ValueError(
                 f"topology.trainers={self.topology.trainers} with collector.mode=async: data-parallel trainers "
@@ -138,8 +143,6 @@ class Config:
             )
         if not offline and self.dataset:
             raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
-        if offline and self.topology.trainers > 1:
-            raise ValueError("offline algorithms run on one trainer (topology.trainers=1); more collectors evaluate more often")
         if offline and not self.dataset.startswith("minari:"):  # a directory: cheap to check here (Minari loads at start)
             from harness.data.dataset import load
 

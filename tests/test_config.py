@@ -11,7 +11,10 @@ from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
+from tensordict import TensorDict
+
 from harness.config import Config, load, register_configs
+from harness.data import dataset
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 register_configs()
@@ -28,15 +31,39 @@ def test_default_job_is_ppo_cartpole_gloo():
     assert type(cfg.algo).__name__ == "PPOConfig"
 
 
+def tiny_dataset(path: Path, env_id: str) -> str:
+    data = TensorDict(obs=torch.zeros(2, 1), action=torch.zeros(2, 1), reward=torch.zeros(2), next_obs=torch.zeros(2, 1),
+                      terminated=torch.zeros(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool), batch_size=[2])
+    dataset.save(path, data, dataset.Meta(env=env_id, transitions=2, episodes=0, behaviour_return=0.0))
+    return str(path)
+
+
 @pytest.mark.parametrize("group", ["experiment", "debug", "env", "sync", "algo"])
-def test_every_config_in_a_group_composes(group):
+def test_every_config_in_a_group_composes(group, tmp_path):
     names = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
     assert names, f"conf/{group}/ is empty"
     for name in names:
         if name == "nccl" and not torch.cuda.is_available():
             continue  # refused without CUDA, by design (tests/test_sync_schemes.py)
-        cfg = compose_config(f"{group}={name}")
+        overrides = [f"{group}={name}"]
+        raw = OmegaConf.load(CONF / group / f"{name}.yaml")
+        if name in ("iql", "cql") or raw.get("dataset"):  # offline: compose with a dataset for its env
+            env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"
+            overrides += ["env=" + ("hopper" if "hopper" in name else "pendulum"), f"dataset={tiny_dataset(tmp_path / name, env)}"]
+        cfg = compose_config(*overrides)
         assert isinstance(cfg, Config)
+
+
+def test_offline_algorithms_need_a_dataset_and_online_ones_refuse_it(tmp_path):
+    with pytest.raises(ValueError, match="algo=cql learns from a dataset: add dataset=<path>"):
+        compose_config("algo=cql")
+    with pytest.raises(ValueError, match="dataset= is for offline algorithms"):
+        compose_config("algo=sac", "env=pendulum", f"dataset={tiny_dataset(tmp_path / 'ds', 'Pendulum-v1')}")
+
+
+def test_algorithms_without_data_parallel_learning_refuse_several_trainers():
+    with pytest.raises(ValueError, match="algo=sac learns on one trainer"):
+        compose_config("algo=sac", "env=pendulum", "topology.trainers=2")
 
 
 def test_overrides_reach_typed_fields():

@@ -47,6 +47,8 @@ class Algorithm(abc.ABC):
     needs_next_obs: ClassVar[bool] = False
     # Learns from a fixed dataset, not from collectors' frames (harness/algos/offline.py).
     offline: ClassVar[bool] = False
+    # Averages gradients over several trainers (topology.trainers > 1) with ``data_parallel``.
+    data_parallel_trainers: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames

@@ -127,6 +127,7 @@ class PPOLoss(nn.Module):
 
 class PPO(Algorithm):
     Config = PPOConfig
+    data_parallel_trainers = True
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         super().__init__(cfg, spec, total_frames, ddp_group)

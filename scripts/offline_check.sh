@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Make a medium dataset, run IQL and CQL on it, write docs/offline_results.md (scripts/offline_check.py --help).
+EXTRAS="mujoco"
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+cd "$ROOT"
+exec "$VENV/bin/python" scripts/offline_check.py "$@"
