@@ -6,6 +6,7 @@ Two nodes are simulated on one machine by giving ranks different node ranks
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import signal
@@ -63,6 +64,7 @@ def digest(models) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def expected_digest(version: int, wire_dtype: str = "float32") -> str:
     models = make_models()
     fill(models, version)
@@ -107,6 +109,8 @@ def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dt
         while new is None:
             for _ in range(steps_between_polls):
                 sum(p.sum() for p in models["policy"].parameters())  # "acting" with the live weights
+            if steps_between_polls and digest(models) != expected_digest(header.version, wire_dtype):
+                torn += 1  # the weights changed under the policy (shm: its slot was overwritten)
             new = end.poll() if steps_between_polls else end.wait(end.version + 1)
         header = new
 
@@ -235,7 +239,7 @@ def test_next_run_removes_segments_whose_creator_died(tmp_path):
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" in harness_segments()
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" in remove_stale_segments()
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" not in harness_segments()
-    Segment.create(64, 0).close()  # creating runs the same clean-up
+    Segment.create(64, 3, 0).close()  # creating runs the same clean-up
 
 
 def shm_across_nodes(rank, world):

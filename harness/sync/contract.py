@@ -116,6 +116,23 @@ class Payload:
         for name, module in models.items():
             self.td["weights", name].to_module(module)
             module.requires_grad_(False)
+        # The models' own tensors, in the payload's leaf order, for alias().
+        bound = TensorDict({name: TensorDict.from_module(m) for name, m in models.items()})
+        self._keys = list(self.td["weights"].keys(include_nested=True, leaves_only=True))
+        self._bound = [bound[k] for k in self._keys]
+
+    def alias(self, other: "Payload") -> None:
+        """Apply ``other`` (same schema) without copying: point the bound
+        models' parameters and buffers at its bytes. They read ``other``'s
+        memory from now on, so its owner must keep it unchanged meanwhile."""
+        views = other._views_for(self._keys)
+        for tensor, view in zip(self._bound, views):
+            tensor.data = view
+
+    def _views_for(self, keys: list) -> list[torch.Tensor]:
+        if getattr(self, "_views_keys", None) is not keys:  # looked up once per reader
+            self._views_keys, self._views = keys, [self.td["weights"][k] for k in keys]
+        return self._views
 
     def copy_from(self, other: "Payload") -> None:
         """Apply a received payload: one flat copy, or per leaf with a cast

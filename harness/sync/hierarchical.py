@@ -26,7 +26,8 @@ def _collectors(groups: Groups) -> list[int]:
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
     collectors = _collectors(groups)
     node = groups.nodes[0]
-    local = ShmSink(node) if any(groups.nodes[c] == node for c in collectors) else None
+    readers = sum(groups.nodes[c] == node for c in collectors)
+    local = ShmSink(node, readers) if readers else None
     sinks = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
         sinks.append(BroadcastSink(endpoint, groups.leaders, cfg.timeout_s))
@@ -39,8 +40,8 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subs
     node = groups.nodes[endpoint.rank]
     wire = cfg.torch_wire_dtype
     if endpoint.rank in groups.node_leaders(collectors):
-        has_followers = any(groups.nodes[c] == node and c != endpoint.rank for c in collectors)
-        forward = ShmSink(node) if has_followers else None
+        followers = sum(groups.nodes[c] == node and c != endpoint.rank for c in collectors)
+        forward = ShmSink(node, followers) if followers else None
         return Subscriber(endpoint, cfg.timeout_s, BroadcastSource(endpoint, groups.leaders, root=0), groups.sync,
                           forward=forward, wire_dtype=wire,
                           before_source=lambda: exchange_segment_names(groups, node, forward))

@@ -1,33 +1,42 @@
 """Moving a payload through a named shared-memory segment on one node.
 
-Layout: a 64-byte control block, then two slots of one payload each::
+Layout: a control block, then ``slots`` slots of one payload each::
 
-    control  [latest slot, seq[0], seq[1], version[0], version[1], creator pid]
-    slot 0   packed payload
-    slot 1   packed payload
+    control  [latest slot, creator pid, slots, version[0], ..., version[slots - 1]]
+    slot i   packed payload
 
-The writer (one per segment) fills the slot that readers are *not* told to
-read, bracketed by its sequence number (odd while writing), then points
-``latest`` at it: it never waits for a reader. A reader copies the latest slot
-straight into its live buffer and keeps the copy only if the slot's sequence
-number did not move meanwhile (a seqlock); otherwise it copies again. Readers
-apply between env steps, so a retried copy is never acted on.
+Every slot has a lock: an open-file-description record lock on byte ``i`` of
+the segment (``fcntl`` ``F_OFD_SETLK``). The writer (one per segment) locks a
+slot exclusively while it fills it, then points ``latest`` at it. It never
+waits: it tries the slots other than ``latest``, oldest first, without
+blocking, and takes the first that is free. A reader holds the lock of the
+slot it uses, shared, until it moves to a newer one; with one slot per reader
+plus two, a free slot always exists.
+
+A reader applies an update without copying it: it releases its slot, locks
+the latest one and points its policy's parameters at that slot's bytes
+(:meth:`Payload.alias`); the lock keeps the writer off the slot while the
+policy reads it, so no update is ever seen torn. Readers apply between env
+steps, never while acting. (With ``sync.wire_dtype`` other than float32 the
+reader casts the slot into its own buffer instead.) Locks are kernel objects:
+taking one orders memory like any system call, and a dead process's locks are
+released with it, so a killed reader never pins a slot.
 
 Segments are named ``harness-<uid>-<creator pid>-<token>-n<node>``, created
 with mode 0600 (private to the user) and unlinked by the creator at exit; if
 the creator was SIGKILLed, Python's resource tracker, a surviving reader, or
 the next run's creator (which removes segments whose creator is dead) does it.
-
-Ordering relies on x86-64's total store order for the control words (aligned
-8-byte stores and loads are atomic there and not reordered among themselves).
 """
 
 from __future__ import annotations
 
 import _posixshmem
+import errno
+import fcntl
 import mmap
 import os
 import secrets
+import struct
 import time
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
@@ -39,8 +48,7 @@ from tensordict import TensorDict
 
 from harness.sync.contract import Header, Payload, SyncError
 
-CONTROL_BYTES = 64
-LATEST, SEQ, VERSION, PID = 0, 1, 3, 5
+LATEST, PID, SLOTS, VERSION = 0, 1, 2, 3  # control words
 PREFIX = f"harness-{os.getuid()}-"
 MAX_RETRIES = 1000
 SPIN_S = 0.001
@@ -67,36 +75,51 @@ def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
     return removed
 
 
+def _ofd_lock(fd: int, slot: int, kind: int) -> bool:
+    """Set (``F_RDLCK`` / ``F_WRLCK``) or release (``F_UNLCK``) the lock on byte
+    ``slot`` without blocking; False when another holder is in the way."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", kind, os.SEEK_SET, slot, 1, 0))
+        return True
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
 class Segment:
-    """A two-slot shared-memory segment; see the module docstring.
+    """A shared-memory segment of ``slots`` slots; see the module docstring.
 
     The creator uses ``SharedMemory``, which registers the segment with
     Python's resource tracker: if the creator is killed, the tracker unlinks
     it. Readers map it directly, unregistered, so that a reader's exit never
-    removes a segment that others still use.
+    removes a segment that others still use. Each end keeps its own file
+    descriptor, which carries its locks.
     """
 
-    def __init__(self, name: str, buf: memoryview, slot_bytes: int, owner: bool, closer):
-        self.name, self.slot_bytes, self.owner, self._closer = name, slot_bytes, owner, closer
-        self.control = np.ndarray((CONTROL_BYTES // 8,), dtype=np.int64, buffer=buf)
-        stride = -(-slot_bytes // 64) * 64
-        self.slots = [
-            torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=CONTROL_BYTES + i * stride) for i in (0, 1)
-        ]
+    def __init__(self, name: str, buf: memoryview, fd: int, slot_bytes: int, slots: int, owner: bool, closer):
+        self.name, self.fd, self.slot_bytes, self.owner, self._closer = name, fd, slot_bytes, owner, closer
+        self.control = np.ndarray((3 + slots,), dtype=np.int64, buffer=buf)
+        offset, stride = self.control_bytes(slots), -(-slot_bytes // 64) * 64
+        self.slots = [torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)]
 
     @staticmethod
-    def size_for(slot_bytes: int) -> int:
-        return CONTROL_BYTES + 2 * (-(-slot_bytes // 64) * 64)
+    def control_bytes(slots: int) -> int:
+        return -(-(3 + slots) * 8 // 64) * 64
 
     @classmethod
-    def create(cls, slot_bytes: int, node: int) -> "Segment":
+    def size_for(cls, slot_bytes: int, slots: int) -> int:
+        return cls.control_bytes(slots) + slots * (-(-slot_bytes // 64) * 64)
+
+    @classmethod
+    def create(cls, slot_bytes: int, slots: int, node: int) -> "Segment":
         remove_stale_segments()
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-n{node}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes))  # mode 0600
-        segment = cls(name, shm.buf, slot_bytes, owner=True, closer=shm.close)
-        segment.control[:] = 0
-        segment.control[LATEST] = -1
-        segment.control[PID] = os.getpid()
+        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes, slots))  # mode 0600
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        segment = cls(name, shm.buf, fd, slot_bytes, slots, owner=True, closer=shm.close)
+        segment.control[:] = -1  # no latest slot, every slot's version -1
+        segment.control[PID], segment.control[SLOTS] = os.getpid(), slots
         return segment
 
     @classmethod
@@ -107,20 +130,27 @@ class Segment:
             raise SyncError(f"shared-memory segment {name} does not exist (its writer exited?)") from e
         try:
             size = os.fstat(fd).st_size
-            if size < cls.size_for(slot_bytes):
-                raise SyncError(f"shared-memory segment {name} holds {size} bytes; the payload needs {cls.size_for(slot_bytes)}")
             mapping = mmap.mmap(fd, size)
-        finally:
+            slots = int(np.ndarray((3,), dtype=np.int64, buffer=mapping)[SLOTS]) if size >= 24 else 0
+            if slots < 1 or size < cls.size_for(slot_bytes, slots):
+                mapping.close()
+                raise SyncError(f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} slots of {slot_bytes}")
+        except BaseException:
             os.close(fd)
-        return cls(name, memoryview(mapping), slot_bytes, owner=False, closer=mapping.close)
+            raise
+        return cls(name, memoryview(mapping), fd, slot_bytes, slots, owner=False, closer=mapping.close)
+
+    def lock(self, slot: int, kind: int) -> bool:
+        return _ofd_lock(self.fd, slot, kind)
 
     def close(self) -> None:
         creator = int(self.control[PID])
+        os.close(self.fd)  # releases this end's locks
         self.slots, self.control = [], None  # release the views before closing the mapping
         try:
             self._closer()
         except BufferError:
-            pass  # a view is still alive somewhere; the mapping goes with the process
+            pass  # a policy still views a slot; the mapping goes with the process
         if self.owner or not _alive(creator):  # a surviving reader cleans up after a dead writer
             try:
                 _posixshmem.shm_unlink("/" + self.name)
@@ -131,24 +161,29 @@ class Segment:
 
 
 class ShmSink:
-    """The writer of a node's segment."""
+    """The writer of a node's segment, for ``readers`` readers."""
 
-    def __init__(self, node: int):
-        self.node = node
+    def __init__(self, node: int, readers: int):
+        self.node, self.readers = node, readers
         self.segment: Segment | None = None
 
     def open(self, make_payload: Callable[[], Payload]) -> None:
         payload = make_payload()
-        self.segment = Segment.create(payload.buffer.numel(), self.node)
+        self.segment = Segment.create(payload.buffer.numel(), self.readers + 2, self.node)
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
     def write(self, weights: TensorDict, header: Header) -> None:
-        control = self.segment.control
-        slot = 1 - int(control[LATEST]) if control[LATEST] >= 0 else 0
-        control[SEQ + slot] += 1  # odd: being written
-        self.slot_payloads[slot].write(weights, header)
-        control[VERSION + slot] = header.version
-        control[SEQ + slot] += 1  # even: complete
+        segment, control = self.segment, self.segment.control
+        latest = int(control[LATEST])
+        others = sorted((s for s in range(len(segment.slots)) if s != latest), key=lambda s: control[VERSION + s])
+        slot = next((s for s in others if segment.lock(s, fcntl.F_WRLCK)), None)
+        if slot is None:
+            raise SyncError(f"shared-memory segment {segment.name}: every slot is in use; it was made for {self.readers} readers")
+        try:
+            self.slot_payloads[slot].write(weights, header)
+            control[VERSION + slot] = header.version
+        finally:
+            segment.lock(slot, fcntl.F_UNLCK)
         control[LATEST] = slot
 
     def close(self) -> None:
@@ -166,6 +201,7 @@ class ShmSource:
         self.version = -1
         self.exhausted = False
         self.segment: Segment | None = None
+        self.pinned: int | None = None  # the slot whose lock we hold (the one the policy views)
 
     def attach(self, name: str) -> None:
         self.name = name
@@ -175,21 +211,33 @@ class ShmSource:
         self.segment = Segment.attach(self.name, self.staging.buffer.numel())
         self.slot_payloads = [self.staging.rebase(slot) for slot in self.segment.slots]
 
-    def poll_into(self, live: Payload) -> Header | None:
+    def _pin_latest(self) -> int:
+        """Move our lock to the latest slot; the writer may retire it meanwhile, so retry."""
+        if self.pinned is not None:
+            self.segment.lock(self.pinned, fcntl.F_UNLCK)
+            self.pinned = None
         control = self.segment.control
         for _ in range(MAX_RETRIES):
             slot = int(control[LATEST])
-            if slot < 0 or int(control[VERSION + slot]) <= self.version:
-                return None
-            seq = int(control[SEQ + slot])
-            if seq % 2:
-                continue  # the writer lapped us and is rewriting this slot
-            live.copy_from(self.slot_payloads[slot])
-            if int(control[SEQ + slot]) == seq:
-                header = live.header()
-                self.version, self.exhausted = header.version, header.stop
-                return header
-        raise SyncError(f"shared-memory segment {self.segment.name}: no consistent read in {MAX_RETRIES} tries")
+            if self.segment.lock(slot, fcntl.F_RDLCK):
+                self.pinned = slot
+                return slot
+        raise SyncError(f"shared-memory segment {self.segment.name}: could not lock the latest slot in {MAX_RETRIES} tries")
+
+    def poll_into(self, live: Payload) -> Header | None:
+        control = self.segment.control
+        latest = int(control[LATEST])
+        if latest < 0 or int(control[VERSION + latest]) <= self.version:
+            return None
+        slot = self._pin_latest()
+        payload = self.slot_payloads[slot]
+        if live.schema == payload.schema:
+            live.alias(payload)  # zero copy: the policy reads the locked slot
+        else:
+            live.copy_from(payload)  # another wire dtype: cast into our own buffer
+        header = payload.header()
+        self.version, self.exhausted = header.version, header.stop
+        return header
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
         start = last_check = time.monotonic()

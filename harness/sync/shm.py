@@ -35,7 +35,7 @@ def check_one_node(endpoint: Endpoint, groups: Groups) -> None:
 
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
     check_one_node(endpoint, groups)
-    sink = ShmSink(groups.nodes[0])
+    sink = ShmSink(groups.nodes[0], readers=dist.get_world_size(groups.sync) - 1)
     return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype,
                      after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink))
 
