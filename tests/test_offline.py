@@ -185,3 +185,21 @@ def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     assert int(float(final["eval/version"])) == 12  # the last row holds the final weights' evaluation
     behaviour = json.loads((workdir / "rand" / "meta.json").read_text())["behaviour_return"]
     assert float(final["eval/return"]) > 4 * behaviour, final
+
+
+def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
+    """World size 1 evaluates inline; a longer second run on the same run_dir
+    continues from the first one's checkpoint."""
+    done = write_dataset(["env=cartpole", "out=rand", "frames=1000"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    common = ["algo=cql", "env=cartpole", "dataset=rand", "algo.hidden=32", "sync.publish_every_updates=100",
+              "logger.log_every_frames=100", "eval.episodes=2", "run_dir=run"]
+    first = run_harness([*common, "algo.gradient_steps=200"], workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_harness([*common, "algo.gradient_steps=400"], workdir)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout + second.stderr
+    with (workdir / "run" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["gradient_steps"]) for r in rows] == [100, 200, 300, 400]
+    assert all(r["eval/return"] for r in rows) and [int(float(r["eval/version"])) for r in rows] == [1, 2, 3, 4]

@@ -125,7 +125,7 @@ class Trainer:
         self.saved_frames = -1  # frames of the newest checkpoint written
         self.resumed_from = self._resume() if cfg.checkpoint.resume else None
         self.publisher, self.source = self._connect(groups)
-        if layout.single_process and self.frames:
+        if layout.single_process and self.frames and not self.offline:
             self.source.collector.reset(cfg.seed + self.frames)  # new episodes, not a replay
         self.logger = None
         if layout.rank == 0:
