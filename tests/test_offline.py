@@ -114,7 +114,9 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
             done = terminated or truncated
         episodes.append(EpisodeBuffer(observations=np.array(observations), actions=np.array(actions), rewards=np.array(rewards),
                                       terminations=np.array(terms), truncations=np.array(truncs)))
-    minari.create_dataset_from_buffers(dataset_id="pendulum/test-v0", buffer=episodes, env=env, algorithm_name="random",
+    minari.create_dataset_from_buffers(dataset_id="pendulum/test-v0", buffer=episodes, env=env, eval_env=env.spec,
+                                       algorithm_name="random", author="harness tests", author_email="tests@harness.invalid",
+                                       code_permalink="https://example.invalid/harness", description="two random episodes",
                                        ref_min_score=-1200.0, ref_max_score=-150.0)
     data, meta = dataset.load("minari:pendulum/test-v0", "Pendulum-v1")
     assert data.shape == (400,) and meta.transitions == 400 and meta.episodes == 2
@@ -203,3 +205,17 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
         rows = list(csv.DictReader(f))
     assert [int(r["gradient_steps"]) for r in rows] == [100, 200, 300, 400]
     assert all(r["eval/return"] for r in rows) and [int(float(r["eval/version"])) for r in rows] == [1, 2, 3, 4]
+
+
+def test_dataset_from_a_trained_checkpoint(workdir):
+    """The behaviour policy comes from a run directory's newest checkpoint (PPO
+    here); a policy trained on another env is refused."""
+    trained = run_harness(["debug=tiny", "run_dir=ppo"], workdir)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    done = write_dataset(["env=cartpole", "out=ds", "frames=300", "policy=ppo", "reference.expert_policy=ppo"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, meta = dataset.load(workdir / "ds", "CartPole-v1")
+    assert meta.sources[0]["algo"] == "ppo" and meta.sources[0]["frames"] == 1024 and "step-000000001024" in meta.sources[0]["policy"]
+    assert meta.expert_return is not None and meta.expert_return > 0
+    wrong = write_dataset(["env=pendulum", "out=ds2", "frames=300", "policy=ppo"], workdir)
+    assert wrong.returncode != 0 and "was trained on CartPole-v1, but env.id=Pendulum-v1" in wrong.stderr
