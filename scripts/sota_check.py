@@ -94,7 +94,9 @@ def write_table(out: Path, lines: list[str], nproc: int, cap: int | None) -> Non
         "Made by `scripts/sota_check.sh` (1 trainer + NPROC-1 collectors through torchrun, on this project's 2-core,\n"
         f"no-GPU machine). Last update {time.strftime('%Y-%m-%d')}, NPROC={nproc}; {note}\n"
         "Final return: mean `eval/return` of the last two evaluations (deterministic policy) where the preset\n"
-        "evaluates, else mean `train/episode_return` of the last three log rows.\n\n"
+        "evaluates, else mean `train/episode_return` of the last three log rows.\n"
+        "Offline presets (IQL, CQL on datasets the harness writes): [offline_results.md](offline_results.md), "
+        "made by `scripts/offline_check.sh`.\n\n"
         f"{HEADER}\n| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows.values()) + "\n"
     )
     print(f"wrote {out}")
