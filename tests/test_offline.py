@@ -171,6 +171,7 @@ def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
     assert wrong.returncode != 0 and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
 
 
+@pytest.mark.slow
 def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     """Random play lasts about 22 steps; CQL on 20k random transitions, with two
     collector ranks evaluating published weights, does far better."""
