@@ -17,6 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from harness.algos import ALGOS
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id
+from harness.data.dataset import load as load_dataset
 from harness.sync.config import SyncConfig
 
 
@@ -144,9 +145,7 @@ class Config:
         if not offline and self.dataset:
             raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
         if offline and not self.dataset.startswith("minari:"):  # a directory: cheap to check here (Minari loads at start)
-            from harness.data.dataset import load
-
-            load(self.dataset, self.env.id)
+            load_dataset(self.dataset, self.env.id)
 
     @property
     def run_name(self) -> str:

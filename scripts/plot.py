@@ -55,9 +55,11 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for (label, runs), color in zip(groups.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10):
         seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
-        for ax, x_key in zip(axes, ("frames", "time_s")):
+        step = "frames" if "frames" in runs[0] else "gradient_steps"  # offline runs count gradient steps
+        y_key = "train/episode_return" if "train/episode_return" in runs[0] else "eval/return"
+        for ax, x_key in zip(axes, (step, "time_s")):
             grid = np.linspace(max(r[x_key].min() for r in runs), min(r[x_key].max() for r in runs), 200)
-            curves = np.array([np.interp(grid, r[x_key], r["train/episode_return"]) for r in runs])
+            curves = np.array([np.interp(grid, r[x_key][np.isfinite(r[y_key])], r[y_key][np.isfinite(r[y_key])]) for r in runs])
             ax.plot(grid, curves.mean(0), color=color, label=f"{label}{seeds}")
             if len(runs) > 1:
                 ax.fill_between(grid, curves.min(0), curves.max(0), color=color, alpha=0.2)
@@ -65,7 +67,7 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
                 if "eval/return" in r and np.isfinite(r["eval/return"]).any():
                     ok = np.isfinite(r["eval/return"])
                     ax.plot(r[x_key][ok], r["eval/return"][ok], "o", color=color, markersize=3)
-    axes[0].set_xlabel("env frames")
+    axes[0].set_xlabel("env frames (offline: gradient steps)")
     axes[1].set_xlabel("wall time (s)")
     for ax in axes:
         ax.set_ylabel("episode return (lines: training; dots: evaluation)")
