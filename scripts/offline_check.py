@@ -1,4 +1,4 @@
-"""Make a "medium" dataset with the harness, run IQL and CQL on it, write docs/offline_results.md.
+"""Make a "medium" dataset with the harness, run IQL and CQL on it, write their section of docs/results.md.
 
     scripts/offline_check.sh                    # Pendulum (about 15 minutes on 2 cores)
     scripts/offline_check.sh --task hopper      # Hopper (SAC to 1M frames first: a bigger machine)
@@ -69,11 +69,25 @@ def make_dataset(task: str, nproc: int) -> Path:
     raise SystemExit(f"no checkpoint of {medium} scores inside {spec['band']}: change the band or the run")
 
 
+def replace_section(out: Path, section: str) -> None:
+    """Put ``section`` (it starts with its ``## `` heading) into ``out``, in
+    place of the section of the same heading; the rest of the file stays."""
+    text = out.read_text() if out.exists() else "# Results\n"
+    heading = section.strip().splitlines()[0]
+    start = text.find("\n" + heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n" + section
+    else:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end:] if end >= 0 else "")
+    out.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="pendulum")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "offline_results.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
     data = make_dataset(args.task, nproc)
@@ -97,8 +111,8 @@ def main() -> None:
         lines.append(f"| {algo.upper()} | {meta['env']} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
                      f"{meta['behaviour_return']:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |")
         print(lines[-1], flush=True)
-    args.out.write_text(
-        "# Offline results\n\n"
+    section = (
+        f"\n## Offline: IQL and CQL on {meta['env']} medium\n\n"
         f"Made by `scripts/offline_check.sh --task {args.task}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
         "collector(s) through torchrun, 2-core no-GPU machine).\n"
         f"Dataset `{data.relative_to(ROOT)}`: {meta['transitions']:,} transitions of a SAC policy stopped early; "
@@ -109,6 +123,7 @@ def main() -> None:
         "| algorithm | dataset | gradient steps | seeds | final return | normalised | behaviour return | wall time |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
+    replace_section(args.out, section)
     print(f"wrote {args.out}")
 
 

@@ -80,13 +80,15 @@ HEADER = "| algorithm | task | frames | final return | published | wall time | f
 
 def write_table(out: Path, lines: list[str], nproc: int, cap: int | None) -> None:
     """Replace the rows of the presets just run (keyed by algorithm and task),
-    keep the others, so partial runs build the table up."""
+    keep the others, so partial runs build the table up. Sections from the
+    first ``## `` heading on (notes, the offline results) are kept as they are."""
     def key(line: str) -> tuple[str, str]:
         return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
 
-    rows = {}
-    if out.exists():
-        rows = {key(line): line for line in out.read_text().splitlines() if line.startswith("| ") and not line.startswith(HEADER[:12]) and "---" not in line}
+    text = out.read_text() if out.exists() else ""
+    cut = text.find("\n## ")
+    head, sections = (text, "") if cut < 0 else (text[:cut], text[cut:])
+    rows = {key(line): line for line in head.splitlines() if line.startswith("| ") and not line.startswith(HEADER[:12]) and "---" not in line}
     rows.update({key(line): line for line in lines})
     note = f"Capped at {cap:,} frames: a smoke run, not the published budget." if cap else "Full budgets."
     out.write_text(
@@ -94,10 +96,8 @@ def write_table(out: Path, lines: list[str], nproc: int, cap: int | None) -> Non
         "Made by `scripts/sota_check.sh` (1 trainer + NPROC-1 collectors through torchrun, on this project's 2-core,\n"
         f"no-GPU machine). Last update {time.strftime('%Y-%m-%d')}, NPROC={nproc}; {note}\n"
         "Final return: mean `eval/return` of the last two evaluations (deterministic policy) where the preset\n"
-        "evaluates, else mean `train/episode_return` of the last three log rows.\n"
-        "Offline presets (IQL, CQL on datasets the harness writes): [offline_results.md](offline_results.md), "
-        "made by `scripts/offline_check.sh`.\n\n"
-        f"{HEADER}\n| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows.values()) + "\n"
+        "evaluates, else mean `train/episode_return` of the last three log rows. Offline presets: below.\n\n"
+        f"{HEADER}\n| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows.values()) + "\n" + sections
     )
     print(f"wrote {out}")
 
