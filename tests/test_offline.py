@@ -68,6 +68,9 @@ def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
     dataset.finish(tmp_path / "half", dataset.Meta(env="Pendulum-v1", transitions=11, episodes=0, behaviour_return=0.0))
     with pytest.raises(dataset.DatasetError, match="meta.json says 11 transitions, data/ holds 10"):
         dataset.load(tmp_path / "half")
+    (tmp_path / "half" / "meta.json").write_text('{"env": "Pendulum-v1", "transiti')  # cut short
+    with pytest.raises(dataset.DatasetError, match="meta.json is damaged.*write the dataset again"):
+        dataset.load(tmp_path / "half")
 
 
 def test_written_dataset_holds_every_rank_share_and_mixes(workdir):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 

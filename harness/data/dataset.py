@@ -104,7 +104,10 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
         )
     if not (path / "meta.json").exists():
         raise DatasetError(f"{path} has no meta.json: its write never finished. Delete it and write it again")
-    meta = Meta(**json.loads((path / "meta.json").read_text()))
+    try:
+        meta = Meta(**json.loads((path / "meta.json").read_text()))
+    except (ValueError, TypeError) as e:  # not JSON, or not the fields of a Meta
+        raise DatasetError(f"{path}/meta.json is damaged ({e}): write the dataset again") from e
     if meta.format != FORMAT:
         raise DatasetError(f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}")
     data = open_storage(path)

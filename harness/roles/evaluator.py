@@ -52,7 +52,7 @@ class EvalStats:
             self.return_sum += return_sum
             self.version = max(self.version, version)
 
-    def pop(self, group=None) -> dict[str, float]:
+    def pop(self, group=None) -> dict[str, float]:  # group: as the trainer's stats; one trainer offline
         if not self.episodes:
             return {}
         ret = self.return_sum / self.episodes
