@@ -187,6 +187,7 @@ def main(raw: DictConfig) -> None:
         meta = dataset.concatenate(cfg.mix, cfg.out)
         log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
         return
+    dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if world > 1:
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.dist_timeout_s))

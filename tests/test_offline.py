@@ -94,7 +94,7 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     data_mixed, meta_mixed = dataset.load(workdir / "mixed")
     second, _ = dataset.load(workdir / "rand2")
     assert meta_mixed.transitions == 2501 and torch.equal(data_mixed["obs"], torch.cat([data["obs"], second["obs"]]))
-    refused = write_dataset(["out=rand", "frames=10"], workdir)
+    refused = write_dataset(["out=rand", "frames=10"], workdir, nproc=2)
     assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
 
 

@@ -49,13 +49,17 @@ class Meta:
         return 100 * (ret - self.random_return) / (self.expert_return - self.random_return)
 
 
+def refuse_existing(path: str | Path) -> None:
+    if (Path(path) / "meta.json").exists():
+        raise DatasetError(f"{path} already holds a dataset: pick another out= or delete it first")
+
+
 def allocate(path: str | Path, example: TensorDict, n: int) -> TensorDict:
     """Zero-filled memory-mapped storage for ``n`` transitions shaped like
     ``example`` (batch size ``[]``); writers fill slices of it, possibly from
     several processes (each reopens it with :func:`open_storage`)."""
     path = Path(path)
-    if (path / "meta.json").exists():
-        raise DatasetError(f"{path} already holds a dataset: pick another out= or delete it first")
+    refuse_existing(path)
     path.mkdir(parents=True, exist_ok=True)
     return example.select(*FIELDS).expand(n).memmap_like(str(path / "data"), existsok=True)
 
