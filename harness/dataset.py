@@ -34,7 +34,7 @@ from tensordict import TensorDict
 from harness import checkpoint
 from harness.algos import ALGOS
 from harness.algos.base import Policy
-from harness.collect.envs import EnvSpec, make_vec_env, spec_of
+from harness.collect.envs import EnvSpec, env_spec, make_vec_env, spec_of
 from harness.collect.evaluate import evaluate
 from harness.collect.rollout import RolloutCollector
 from harness.config import EnvConfig
@@ -109,9 +109,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
         state, meta, where = found
     if meta["env"] != env_id:
         raise ValueError(f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match")
-    envs = make_vec_env(env_id, 1)
-    algo = ALGOS[name](algo_cfg, spec_of(envs), run_cfg.collector.total_frames)
-    envs.close()
+    algo = ALGOS[name](algo_cfg, env_spec(env_id), run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
     policy = algo.published_models()["policy"]
     policy.eval()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import statistics
@@ -24,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from harness.data import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -60,7 +61,7 @@ def make_dataset(task: str, nproc: int) -> Path:
         shutil.rmtree(probe, ignore_errors=True)
         torchrun(nproc, "harness.dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={probe}",
                  f"frames={spec['size'] // 5}", "reference.random_return=0")
-        behaviour = json.loads((probe / "meta.json").read_text())["behaviour_return"]
+        behaviour = dataset.load(probe)[1].behaviour_return
         print(f"{checkpoint.name}: behaviour return {behaviour:.1f}", flush=True)
         if low <= behaviour <= high:
             torchrun(nproc, "harness.dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}",
@@ -91,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
     data = make_dataset(args.task, nproc)
-    meta = json.loads((data / "meta.json").read_text())
+    _, meta = dataset.load(data)
     lines = []
     for algo in ("iql", "cql"):
         finals, walls = [], []
@@ -106,17 +107,17 @@ def main() -> None:
         steps = int(rows[-1]["gradient_steps"])
         mean = statistics.mean(finals)
         spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
-        norm = 100 * (mean - meta["random_return"]) / (meta["expert_return"] - meta["random_return"])
-        verdict = "above" if mean > meta["behaviour_return"] else "NOT above"
-        lines.append(f"| {algo.upper()} | {meta['env']} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
-                     f"{meta['behaviour_return']:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |")
+        norm = meta.normalized(mean)
+        verdict = "above" if mean > meta.behaviour_return else "NOT above"
+        lines.append(f"| {algo.upper()} | {meta.env} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
+                     f"{meta.behaviour_return:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |")
         print(lines[-1], flush=True)
     section = (
-        f"\n## Offline: IQL and CQL on {meta['env']} medium\n\n"
+        f"\n## Offline: IQL and CQL on {meta.env} medium\n\n"
         f"Made by `scripts/offline_check.sh --task {args.task}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
         "collector(s) through torchrun, 2-core no-GPU machine).\n"
-        f"Dataset `{data.relative_to(ROOT)}`: {meta['transitions']:,} transitions of a SAC policy stopped early; "
-        f"behaviour return {meta['behaviour_return']:.1f}, random {meta['random_return']:.1f}, expert {meta['expert_return']:.1f} "
+        f"Dataset `{data.relative_to(ROOT)}`: {meta.transitions:,} transitions of a SAC policy stopped early; "
+        f"behaviour return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert {meta.expert_return:.1f} "
         "(the fully trained SAC policy, deterministic).\n"
         "Final return: per seed, the mean `eval/return` of the last three evaluations (10 deterministic episodes each); "
         "normalised: `100 * (R - random) / (expert - random)`.\n\n"

@@ -50,7 +50,7 @@ class QPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden_sizes):
         super().__init__()
         self.num_actions = spec.num_actions
-        self.net = mlp(int(torch.tensor(spec.obs_shape).prod()), list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
+        self.net = mlp(spec.obs_dim, list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs.flatten(1))

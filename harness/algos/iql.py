@@ -58,7 +58,7 @@ class GaussianPolicy(Policy):
 
     def __init__(self, spec: EnvSpec, hidden: int):
         super().__init__()
-        self.net = mlp(int(torch.tensor(spec.obs_shape).prod()), [hidden, hidden], spec.num_actions, activation=nn.ReLU)
+        self.net = mlp(spec.obs_dim, [hidden, hidden], spec.num_actions, activation=nn.ReLU)
         self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
         self.bounds = Bounds(spec)
 
@@ -70,7 +70,7 @@ class GaussianPolicy(Policy):
         dist = self.distribution(obs)
         action = dist.mean if deterministic else dist.sample()
         low, high = self.bounds.bias - self.bounds.scale, self.bounds.bias + self.bounds.scale
-        return TensorDict(action=torch.max(torch.min(action, high), low), batch_size=obs.shape[:1])
+        return TensorDict(action=action.clamp(low, high), batch_size=obs.shape[:1])
 
 
 class IQL(OfflineAlgorithm):
@@ -81,7 +81,7 @@ class IQL(OfflineAlgorithm):
         self.actor = pack_parameters_(self.make_policy(cfg, spec))
         self.q1, self.q2 = q_network(spec, cfg.hidden), q_network(spec, cfg.hidden)
         self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
-        self.value = mlp(int(torch.tensor(spec.obs_shape).prod()), [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU)
+        self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU)
         self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.critic_lr)
         self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.critic_lr)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)

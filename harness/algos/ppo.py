@@ -60,8 +60,7 @@ class PPOPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden_sizes: list[int]):
         super().__init__()
         self.discrete = spec.discrete
-        obs_dim = int(torch.tensor(spec.obs_shape).prod())
-        self.net = mlp(obs_dim, hidden_sizes, spec.num_actions, out_std=0.01)
+        self.net = mlp(spec.obs_dim, hidden_sizes, spec.num_actions, out_std=0.01)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
 
@@ -132,8 +131,7 @@ class PPO(Algorithm):
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
         super().__init__(cfg, spec, total_frames, ddp_group)
         self.actor = pack_parameters_(self.make_policy(cfg, spec))  # before the optimizer: publishing is one copy
-        obs_dim = int(torch.tensor(spec.obs_shape).prod())
-        critic = mlp(obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
+        critic = mlp(spec.obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
         self.loss = PPOLoss(self.actor, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)

@@ -40,7 +40,7 @@ class SACConfig(OffPolicyConfig):
 
 
 def q_network(spec: EnvSpec, hidden: int) -> nn.Module:
-    return mlp(int(torch.tensor(spec.obs_shape).prod()) + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
+    return mlp(spec.obs_dim + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
 
 
 def critic_step(q1: nn.Module, q2: nn.Module, optimizer: torch.optim.Optimizer, batch: TensorDict, target: torch.Tensor) -> dict[str, float]:
@@ -70,8 +70,7 @@ class Bounds(nn.Module):
 class SACPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden: int):
         super().__init__()
-        obs_dim = int(torch.tensor(spec.obs_shape).prod())
-        self.trunk = mlp(obs_dim, [hidden], hidden, activation=nn.ReLU)
+        self.trunk = mlp(spec.obs_dim, [hidden], hidden, activation=nn.ReLU)
         self.mean, self.log_std = nn.Linear(hidden, spec.num_actions), nn.Linear(hidden, spec.num_actions)
         self.bounds = Bounds(spec)
 

@@ -41,7 +41,7 @@ class TD3Config(OffPolicyConfig):
 class TD3Policy(Policy):
     def __init__(self, spec: EnvSpec, hidden: int, exploration_noise: float):
         super().__init__()
-        self.net = mlp(int(torch.tensor(spec.obs_shape).prod()), [hidden, hidden], spec.num_actions, activation=nn.ReLU)
+        self.net = mlp(spec.obs_dim, [hidden, hidden], spec.num_actions, activation=nn.ReLU)
         self.bounds = Bounds(spec)
         self.exploration_noise = exploration_noise
 

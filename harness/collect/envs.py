@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -21,6 +22,11 @@ class EnvSpec:
     num_actions: int  # discrete: number of actions; continuous: action dims
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+
+    @property
+    def obs_dim(self) -> int:
+        """Observations flattened, as the MLPs take them."""
+        return math.prod(self.obs_shape)
 
 
 def check_env_id(env_id: str) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness.data.dataset import DatasetError, Meta
+from harness.data.dataset import FIELDS, DatasetError, Meta
 
 
 def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
@@ -31,7 +31,7 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
             "(or point MINARI_DATASETS_PATH at it), or write a dataset with `python -m harness.dataset`"
         )
     dataset = minari.load_dataset(dataset_id)
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in FIELDS}
     returns = []
     for episode in dataset.iterate_episodes():
         if not isinstance(episode.observations, np.ndarray):

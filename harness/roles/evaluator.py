@@ -64,6 +64,15 @@ class EvalStats:
         return row
 
 
+def evaluation_setup(cfg: Config, subscriber: WeightSubscriber):
+    """``eval.episodes`` envs and a policy that ``subscriber`` keeps current."""
+    envs = make_vec_env(cfg.env.id, cfg.eval.episodes, cfg.env.max_episode_steps)
+    algo = ALGOS[cfg.algo.name]
+    policy = algo.make_policy(cfg.algo, spec_of(envs))
+    subscriber.connect({"policy": policy}, algo.header_values)
+    return envs, policy
+
+
 class RemoteEvaluations:
     """Trainer side: collectors' evaluation messages, taken by a helper thread."""
 
@@ -126,10 +135,8 @@ class InlineEvaluations:
     """World size 1: the trainer's own process evaluates each new version."""
 
     def __init__(self, cfg: Config, subscriber: WeightSubscriber):
-        self.envs = make_vec_env(cfg.env.id, cfg.eval.episodes, cfg.env.max_episode_steps)
-        self.policy = ALGOS[cfg.algo.name].make_policy(cfg.algo, spec_of(self.envs))
+        self.envs, self.policy = evaluation_setup(cfg, subscriber)
         self.subscriber, self.seed = subscriber, cfg.seed + EVAL_SEED
-        subscriber.connect({"policy": self.policy}, ALGOS[cfg.algo.name].header_values)
 
     def take(self) -> list[tuple[int, float, float]]:
         header = self.subscriber.poll()
@@ -149,10 +156,7 @@ class InlineEvaluations:
 def run_evaluator(cfg: Config, layout: Layout, groups: Groups) -> None:
     """A collector rank of an offline run."""
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
-    envs = make_vec_env(cfg.env.id, cfg.eval.episodes, cfg.env.max_episode_steps)
-    algo = ALGOS[cfg.algo.name]
-    policy = algo.make_policy(cfg.algo, spec_of(envs))
-    subscriber.connect({"policy": policy}, algo.header_values)
+    envs, policy = evaluation_setup(cfg, subscriber)
     message = eval_message()
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), message, cfg.dist_timeout_s)
     seed = cfg.seed + EVAL_SEED + layout.rank * cfg.eval.episodes  # each collector its own episodes
