@@ -1,6 +1,6 @@
 """Checkpoints: written by trainer 0, read by every trainer on start-up.
 
-``<run_dir>/checkpoints/step-<frames>/`` holds ``state.pt`` (models and
+``<run_dir>/checkpoints/step-<step>/`` (env frames; offline: gradient steps) holds ``state.pt`` (models and
 optimisers, unwrapped from DDP; counters; every trainer's RNG state) and
 ``meta.json`` (what the checkpoint is: algorithm, env, counters). A checkpoint
 is written under a temporary name and renamed when complete, so a crash never
@@ -48,10 +48,10 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 
 def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
-    """Write ``step-<frames>`` atomically, then delete all but the newest ``keep``."""
+    """Write ``step-<meta["step"]>`` atomically, then delete all but the newest ``keep``."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{meta['frames']:012d}"
+    final = root / f"step-{meta['step']:012d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -17,7 +17,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from harness.algos import ALGOS
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id
-from harness.data.dataset import load as load_dataset
 from harness.sync.config import SyncConfig
 
 
@@ -120,7 +119,7 @@ class Config:
     run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
-    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.dataset) or minari:<id>
+    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.write_dataset) or minari:<id>
 
     def __post_init__(self) -> None:
         self._check_dataset()
@@ -140,12 +139,10 @@ class Config:
         if offline and not self.dataset:
             raise ValueError(
                 f"algo={self.algo.name} learns from a dataset: add dataset=<path>. Write one with "
-                f"`python -m harness.dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
+                f"`python -m harness.write_dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
             )
         if not offline and self.dataset:
             raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
-        if offline and not self.dataset.startswith("minari:"):  # a directory: cheap to check here (Minari loads at start)
-            load_dataset(self.dataset, self.env.id)
 
     @property
     def run_name(self) -> str:

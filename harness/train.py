@@ -17,7 +17,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import load, register_configs
+from harness.config import Config, load, register_configs
+from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout
@@ -38,9 +39,18 @@ def check_writable(run_dir: Path) -> None:
         raise RuntimeError(f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH") from e
 
 
+def check_dataset(cfg: Config) -> None:
+    """An offline run's dataset directory: on every rank, before any process
+    group, so that a missing or mismatched one stops the job at once. (A
+    Minari dataset is read when the trainer starts.)"""
+    if cfg.dataset and not cfg.dataset.startswith("minari:"):
+        dataset.load(cfg.dataset, cfg.env.id)
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
     cfg = load(raw)  # every value checked before any process group exists
+    check_dataset(cfg)
     layout = Layout.from_env(cfg.topology.trainers)
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks

@@ -59,12 +59,12 @@ def make_dataset(task: str, nproc: int) -> Path:
     probe = runs / f"{task}-probe"
     for checkpoint in sorted((medium / "checkpoints").glob("step-*")):
         shutil.rmtree(probe, ignore_errors=True)
-        torchrun(nproc, "harness.dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={probe}",
+        torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={probe}",
                  f"frames={spec['size'] // 5}", "reference.random_return=0")
         behaviour = dataset.load(probe)[1].behaviour_return
         print(f"{checkpoint.name}: behaviour return {behaviour:.1f}", flush=True)
         if low <= behaviour <= high:
-            torchrun(nproc, "harness.dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}",
+            torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}",
                      f"frames={spec['size']}", f"reference.expert_policy={expert}", "reference.episodes=20")
             return out
     raise SystemExit(f"no checkpoint of {medium} scores inside {spec['band']}: change the band or the run")

@@ -64,7 +64,7 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
 
     trainer.algo.update = slow_update
     trainer.run()
-    return trainer.updates
+    return trainer.progress.updates
 
 
 def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):

@@ -26,7 +26,7 @@ PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
     launcher = [sys.executable] if nproc == 1 else [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([*launcher, "-m", "harness.dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([*launcher, "-m", "harness.write_dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
@@ -59,7 +59,7 @@ def test_dataset_for_another_env_is_refused(tmp_path):
 
 
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
-    with pytest.raises(dataset.DatasetError, match="does not exist.*python -m harness.dataset"):
+    with pytest.raises(dataset.DatasetError, match="does not exist.*python -m harness.write_dataset"):
         dataset.load(tmp_path / "nowhere")
     storage = dataset.allocate(tmp_path / "half", random_transitions(1)[0], 10)  # a write that never finished
     assert storage.shape == (10,)

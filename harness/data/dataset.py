@@ -103,7 +103,7 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
     if not path.exists():
         raise DatasetError(
             f"dataset {path} does not exist (nothing is downloaded). Write one with "
-            f"`python -m harness.dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
+            f"`python -m harness.write_dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
             "for a Minari dataset already on this machine"
         )
     if not (path / "meta.json").exists():

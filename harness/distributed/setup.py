@@ -38,9 +38,9 @@ class Groups:
         return sorted(leaders.values())
 
 
-def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) -> Groups:
-    """Join the job's default group, learn every rank's node, then make one
-    group per channel (every rank creates every group, in the same order)."""
+def join(layout: Layout, timeout_s: float, role: str | None = None) -> None:
+    """Join the job's default (Gloo) group, every collective bounded by
+    ``timeout_s``; a rank that never comes is named in the error."""
     timeout = timedelta(seconds=timeout_s)
     try:
         dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout,
@@ -48,10 +48,17 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) 
     except (RuntimeError, dist.DistError) as e:
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         raise RuntimeError(
-            f"rank {layout.rank} ({layout.role}) gave up after {timeout_s:g} s waiting for all "
+            f"rank {layout.rank} ({role or layout.role}) gave up after {timeout_s:g} s waiting for all "
             f"{layout.world_size} ranks to join at {where}: a rank never started or died. "
             f"Check the other ranks' logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
         ) from e
+
+
+def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) -> Groups:
+    """Join the job's default group, learn every rank's node, then make one
+    group per channel (every rank creates every group, in the same order)."""
+    join(layout, timeout_s)
+    timeout = timedelta(seconds=timeout_s)
     nodes = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
     dist.all_gather(nodes, torch.tensor([layout.node_rank]))
     nodes = [int(n) for n in nodes]

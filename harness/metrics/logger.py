@@ -15,19 +15,19 @@ from pathlib import Path
 
 
 class CSVLog:
-    """``resume_frames``: a resumed run keeps the rows up to its checkpoint and
-    drops later ones (they are logged again), so every frame range appears once.
+    """``resume_step``: a resumed run keeps the rows up to its checkpoint and
+    drops later ones (they are logged again), so every step range appears once.
     ``step``: the first column (frames; gradient steps in offline runs)."""
 
-    def __init__(self, path: Path, resume_frames: int = 0, step: str = "frames"):
+    def __init__(self, path: Path, resume_step: int = 0, step: str = "frames"):
         self.path = path
         self.columns: list[str] = []
         self.rows: list[dict] = []
-        if resume_frames and path.exists():
+        if resume_step and path.exists():
             with path.open(newline="") as f:
                 reader = csv.DictReader(f)
                 self.columns = list(reader.fieldnames or [])
-                self.rows = [r for r in reader if float(r[step]) <= resume_frames]
+                self.rows = [r for r in reader if float(r[step]) <= resume_step]
             self._rewrite()
         elif path.exists():
             path.unlink()  # a fresh run in a used directory starts a fresh log
@@ -73,12 +73,12 @@ class ConsoleProgress:
 class MetricsLogger:
     """Trainer 0's sinks: the CSV, the console line, and wandb if asked for."""
 
-    def __init__(self, run_dir: Path, total_frames: int, cfg, config: dict | None = None, resume_frames: int = 0, step: str = "frames"):
+    def __init__(self, run_dir: Path, total: int, cfg, config: dict | None = None, resume_step: int = 0, step: str = "frames"):
         self.step = step
-        csv_log = CSVLog(run_dir / "metrics.csv", resume_frames, step)
+        csv_log = CSVLog(run_dir / "metrics.csv", resume_step, step)
         # A resumed run's clock continues from its last kept row.
         self.start = time.monotonic() - (float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0)
-        self.sinks = [csv_log] + ([ConsoleProgress(total_frames, step=step)] if cfg.console else [])
+        self.sinks = [csv_log] + ([ConsoleProgress(total, step=step)] if cfg.console else [])
         if cfg.backend == "wandb":
             from harness.metrics.wandb_sink import WandbSink
 
@@ -89,7 +89,7 @@ class MetricsLogger:
             if hasattr(sink, "close"):
                 sink.close()
 
-    def log(self, frames: int, metrics: dict[str, float]) -> None:
-        row = {self.step: frames, "time_s": round(time.monotonic() - self.start, 3), **metrics}
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {self.step: step, "time_s": round(time.monotonic() - self.start, 3), **metrics}
         for sink in self.sinks:
             sink.write(row)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
-from tensordict import TensorDict
 
 from harness.algos import ALGOS
 from harness.collect.envs import make_vec_env, spec_of
-from harness.collect.evaluate import evaluate
+from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config
 from harness.data.channel import BatchSender
@@ -15,7 +16,7 @@ from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.roles.evaluator import run_evaluator
-from harness.sync import Header, WeightSubscriber, make_subscriber
+from harness.sync import WeightSubscriber, make_subscriber
 
 
 def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> RolloutCollector:
@@ -33,28 +34,13 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     return RolloutCollector(envs, policy, cfg.collector.frames_per_batch, seed, algo.needs_next_obs)
 
 
-class Evaluator:
-    """Deterministic episodes every ``eval.every_frames`` frames (by the
-    frame count that travels with the weights); results ride on the next batch."""
-
-    def __init__(self, cfg: Config, collector: RolloutCollector):
-        self.every, self.next = cfg.eval.every_frames, cfg.eval.every_frames
-        self.policy, self.seed = collector.policy, cfg.seed + 10_000_000  # eval seeds never collide with training envs
-        self.envs = make_vec_env(cfg.env.id, cfg.eval.episodes, cfg.env.max_episode_steps)
-
-    def maybe_run(self, batch: TensorDict, header: Header) -> None:
-        if header.frames < self.next:
-            return
-        returns = evaluate(self.policy, self.envs, self.seed, header.values)
-        batch["stats", "eval_episodes"].fill_(len(returns))
-        batch["stats", "eval_return_sum"].fill_(sum(returns))
-        self.next = (header.frames // self.every + 1) * self.every
-
-
-def make_evaluator(cfg: Config, layout: Layout, collector: RolloutCollector) -> Evaluator | None:
+def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutCollector) -> Optional[PeriodicEvaluation]:
     """Only the first collector evaluates, so each evaluation is counted once."""
-    first = layout.single_process or layout.rank == layout.trainers
-    return Evaluator(cfg, collector) if cfg.eval.every_frames and first else None
+    if not cfg.eval.every_frames or not (layout.single_process or layout.rank == layout.trainers):
+        return None
+    seed = eval_seed(cfg.seed, layout.rank, cfg.eval.episodes)
+    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed)
+    return PeriodicEvaluation(evaluation, cfg.eval.every_frames)
 
 
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
@@ -63,21 +49,22 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
-    evaluator = make_evaluator(cfg, layout, collector)
+    evaluation = make_periodic_evaluation(cfg, layout, collector)
+    streaming = cfg.collector.mode == "async"
     try:
         header = subscriber.wait(min_version=0)
         if header.frames:  # a resumed run: new episodes, not a replay of the first run's
             collector.reset(cfg.seed + layout.rank * cfg.collector.num_envs + header.frames)
         first_round = True
         while not header.stop:
-            if cfg.collector.mode == "async":  # the newest weights before every env step
+            if streaming:  # the newest weights before every env step
                 batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.header)
             else:
                 batch = collector.collect(header)
-            if evaluator is not None:
-                evaluator.maybe_run(batch, subscriber.header)
+            if evaluation is not None:
+                evaluation.maybe_run(batch, subscriber.header)
             batch["stats", "preempt"].fill_(signals.requested())
-            if cfg.collector.mode == "async":
+            if streaming:
                 sender.send(batch, while_waiting=subscriber.poll)
                 header = subscriber.poll() or subscriber.header
             else:
@@ -90,3 +77,5 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     finally:
         subscriber.close()
         collector.envs.close()
+        if evaluation is not None:
+            evaluation.close()

@@ -1,0 +1,112 @@
+"""What the trainer learns about collection between two log rows.
+
+Both kinds are taken whole at a log row and replaced by a fresh one, so a row
+never mixes two intervals: ``stats, trainer.stats = trainer.stats, RolloutStats()``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple, dataclass
+from typing import Callable, NamedTuple, Optional
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+
+
+@dataclass
+class RolloutStats:
+    """Collectors' batches since the last row: episodes that ended in them,
+    evaluation episodes riding on them, and the policy lag of the frames kept."""
+
+    episodes: float = 0.0
+    return_sum: float = 0.0
+    length_sum: float = 0.0
+    eval_episodes: float = 0.0
+    eval_return_sum: float = 0.0
+    batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
+    lag_frames: float = 0.0  # frames whose lag was counted
+    lag_sum: float = 0.0
+    lag_min: float = math.inf
+    lag_max: float = -math.inf
+
+    def add(self, batch: TensorDict, version: int, dropped: bool = False) -> None:
+        """Count ``batch`` (acted with ``rollout.policy_version``) as seen by a
+        trainer at ``version``; a dropped batch counts its episodes, not its lag."""
+        stats = batch["stats"]
+        self.episodes += float(stats["episodes"])
+        self.return_sum += float(stats["return_sum"])
+        self.length_sum += float(stats["length_sum"])
+        self.eval_episodes += float(stats["eval_episodes"])
+        self.eval_return_sum += float(stats["eval_return_sum"])
+        if dropped:
+            self.batches_dropped += 1
+            return
+        lag = version - batch["rollout", "policy_version"]
+        self.lag_frames += lag.numel()
+        self.lag_sum += float(lag.sum())
+        self.lag_min = min(self.lag_min, float(lag.min()))
+        self.lag_max = max(self.lag_max, float(lag.max()))
+
+    def reduced(self, group: Optional[dist.ProcessGroup]) -> RolloutStats:
+        """These statistics summed over the trainers of ``group`` (a collective;
+        each trainer's collectors are its own), or as they are with one trainer."""
+        if group is None:
+            return self
+        values = torch.tensor(astuple(self), dtype=torch.float64)
+        sums, extremes = values[:8].clone(), torch.stack([-values[8], values[9]])
+        dist.all_reduce(sums, group=group)
+        dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group)
+        return RolloutStats(*sums.tolist(), -float(extremes[0]), float(extremes[1]))
+
+    def row(self) -> dict[str, float]:
+        def mean(total: float, count: float) -> float:
+            return total / count if count else math.nan
+
+        row = {
+            "train/episode_return": mean(self.return_sum, self.episodes),
+            "train/episode_length": mean(self.length_sum, self.episodes),
+            "train/episodes": self.episodes,
+            "collect/policy_lag_min": self.lag_min if self.lag_frames else math.nan,
+            "collect/policy_lag_mean": mean(self.lag_sum, self.lag_frames),
+            "collect/policy_lag_max": self.lag_max if self.lag_frames else math.nan,
+            "collect/batches_dropped": self.batches_dropped,
+        }
+        if self.eval_episodes:
+            row["eval/return"] = self.eval_return_sum / self.eval_episodes
+        return row
+
+
+class EvalResult(NamedTuple):
+    """One evaluation of one weights version."""
+
+    version: int
+    episodes: float
+    return_sum: float
+
+
+@dataclass
+class EvalStats:
+    """Evaluations reported since the last row (offline runs)."""
+
+    episodes: float = 0.0
+    return_sum: float = 0.0
+    version: int = -1  # the newest version evaluated
+
+    def add(self, results: list[EvalResult]) -> None:
+        for result in results:
+            self.episodes += result.episodes
+            self.return_sum += result.return_sum
+            self.version = max(self.version, result.version)
+
+    def row(self, normalize: Callable[[float], Optional[float]] | None = None) -> dict[str, float]:
+        """``normalize``: return -> normalised score (the dataset's references), if known."""
+        if not self.episodes:
+            return {}
+        ret = self.return_sum / self.episodes
+        row = {"eval/return": ret, "eval/episodes": self.episodes, "eval/version": self.version}
+        score = normalize(ret) if normalize is not None else None
+        if score is not None:
+            row["eval/normalized_score"] = score
+        return row

@@ -1,0 +1,61 @@
+"""Policies that act outside a training run: a trained one loaded back from
+its run directory (or one of its checkpoints), and uniform random actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+from harness import checkpoint
+from harness.algos import ALGOS
+from harness.algos.base import Policy
+from harness.collect.envs import EnvSpec, env_spec
+
+
+class RandomPolicy(Policy):
+    """Uniform random actions (the random reference, and random datasets)."""
+
+    def __init__(self, spec: EnvSpec):
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+        n, spec = obs.shape[0], self.spec
+        if spec.discrete:
+            action = torch.randint(0, spec.num_actions, (n,))
+        else:
+            low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
+            action = (low + (high - low) * torch.rand(n, spec.num_actions)).reshape(n, *spec.action_shape)
+        return TensorDict(action=action, batch_size=[n])
+
+
+def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]:
+    """The policy that a run directory's newest valid checkpoint (or the
+    checkpoint ``path`` names) holds, the header values it acted with at that
+    point of training (DQN's epsilon, say), and a description of where it came from."""
+    where = Path(path)
+    run_dir = where.parent.parent if (where / "state.pt").exists() else where
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"policy={path}: no run directory with a config.yaml there; give a run directory or one of its checkpoints/step-*")
+    run_cfg = OmegaConf.load(run_dir / "config.yaml")
+    name = run_cfg.algo.name
+    algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo))
+    if (where / "state.pt").exists():
+        state, meta = checkpoint.read(where)
+    else:
+        found = checkpoint.load_latest(run_dir, name, run_cfg.env.id)
+        if found is None:
+            raise FileNotFoundError(f"policy={path}: the run directory has no readable checkpoint")
+        state, meta, where = found
+    if meta["env"] != env_id:
+        raise ValueError(f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match")
+    algo = ALGOS[name](algo_cfg, env_spec(env_id), run_cfg.collector.total_frames)
+    algo.load_state_dict(state["algo"])
+    policy = algo.published_models()["policy"]
+    policy.eval()
+    frames = state["progress"]["frames"]
+    return policy, algo.values_for_header(frames), {"policy": str(where), "algo": name, "frames": frames}

@@ -1,0 +1,82 @@
+"""The three loops that drive a trainer, one per kind of run.
+
+Each takes a :class:`~harness.roles.trainer.Trainer` and runs until it is
+``stopping`` (budget spent or preempted); the trainer then publishes the stop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from harness.roles.trainer import Trainer
+
+
+def sync_rounds(trainer: Trainer) -> None:
+    """Rounds: every collector's batch of round r was acted with version r
+    (r - 1 when pipelined); the trainer learns once per round."""
+    cfg, progress, source = trainer.cfg.collector, trainer.progress, trainer.connected.batches
+    assert source is not None
+    frames_per_round = cfg.frames_per_batch * max(len(trainer.layout.collector_ranks), 1)
+    sync_ms, rounds = 0.0, 0
+    while not trainer.stopping:
+        batches = source.receive()
+        rounds += 1
+        if cfg.pipeline and rounds > 1:
+            # Only now that round r is in may version r go out: collectors act on
+            # round r + 1 with it while we learn on round r, and no sooner.
+            sync_ms = trainer.publish()
+        for batch in batches:
+            trainer.stats.add(batch, progress.version)
+        metrics = trainer.algo.update(batches, progress.frames)
+        progress.version += 1
+        trainer.learned(batches, frames_per_round)
+        if not cfg.pipeline and not trainer.stopping:
+            sync_ms = trainer.publish()
+        trainer.log(metrics, sync_ms)
+
+
+def async_stream(trainer: Trainer) -> None:
+    """Streaming: learn from each batch as it comes, publish every
+    ``sync.publish_every_updates`` updates, drop batches with frames more
+    than ``collector.max_policy_lag`` versions old."""
+    progress, max_lag, source = trainer.progress, trainer.cfg.collector.max_policy_lag, trainer.connected.batches
+    assert source is not None
+    sync_ms, metrics = 0.0, {}
+    while not trainer.stopping:
+        batch = source.receive_any()
+        if progress.version - int(batch["rollout", "policy_version"].min()) > max_lag:
+            trainer.stats.add(batch, progress.version, dropped=True)
+            continue
+        trainer.stats.add(batch, progress.version)
+        metrics = trainer.algo.update([batch], progress.frames)
+        trainer.learned([batch], batch["rollout"].numel())
+        if progress.updates % trainer.cfg.sync.publish_every_updates == 0 and not trainer.stopping:
+            progress.version += 1
+            sync_ms = trainer.publish()
+        trainer.log(metrics, sync_ms)
+
+
+def offline_steps(trainer: Trainer) -> None:
+    """Gradient steps on the dataset; publish every ``sync.publish_every_updates``
+    steps for the collectors to evaluate; log what they report. The last row
+    waits for the final weights' evaluation."""
+    progress, source = trainer.progress, trainer.connected.evaluations
+    assert source is not None
+    sync_ms, metrics = 0.0, {}
+    while not trainer.stopping:
+        metrics = trainer.algo.update([], progress.frames)
+        trainer.learned([], 0)
+        if progress.updates % trainer.cfg.sync.publish_every_updates == 0 or trainer.stopping:
+            progress.version += 1
+            sync_ms = trainer.publish()
+        if trainer.done:
+            source.wait_for(progress.version, trainer.cfg.dist_timeout_s)
+        trainer.eval_stats.add(source.take())
+        trainer.log(metrics, sync_ms)
+
+
+def for_run(offline: bool, mode: str) -> Callable[[Trainer], None]:
+    if offline:
+        return offline_steps
+    return async_stream if mode == "async" else sync_rounds

@@ -1,0 +1,208 @@
+"""Where a trainer's input comes from.
+
+An online trainer takes batches (:class:`BatchSource`): from its collectors
+over the data channel (:class:`~harness.data.channel.BatchReceiver`), or, in
+a single-process run, from a collector in its own process
+(:class:`InlineCollector`). An offline trainer takes evaluation results
+(:class:`EvaluationSource`): from its collectors, received by a helper thread
+(:class:`RemoteEvaluations`), or evaluated in its own process
+(:class:`InlineEvaluations`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+from tensordict import TensorDict
+
+from harness.algos import Algorithm
+from harness.collect.evaluate import Evaluation, PeriodicEvaluation
+from harness.collect.rollout import RolloutCollector, batch_template
+from harness.config import Config
+from harness.data.channel import BatchReceiver, ChannelError
+from harness.distributed.setup import Groups
+from harness.distributed.topology import Layout
+from harness.metrics.stats import EvalResult
+from harness.roles.collector import build_collector, make_periodic_evaluation
+from harness.roles.evaluator import eval_message, make_evaluation
+from harness.sync import WeightPublisher, WeightSubscriber, make_publisher
+from harness.sync.local import local_pair
+
+
+class BatchSource(Protocol):
+    """Collectors' batches, each valid until the next call."""
+
+    def receive(self) -> list[TensorDict]:
+        """One batch from every collector (sync rounds), in collector order."""
+
+    def receive_any(self) -> TensorDict:
+        """The next batch from whichever collector sends first (async streaming)."""
+
+    def drain(self) -> int:
+        """After the stop: take what is still in flight until every collector
+        said goodbye; returns how many batches were discarded."""
+
+
+class EvaluationSource(Protocol):
+    """Evaluations of published versions, for an offline trainer."""
+
+    def take(self) -> list[EvalResult]:
+        """The evaluations that arrived since the last call; never blocks."""
+
+    def wait_for(self, version: int, timeout_s: float) -> None:
+        """Until every evaluator evaluated ``version`` or newer."""
+
+    def drain(self) -> int:
+        """After the stop: until every evaluator said goodbye."""
+
+
+class InlineCollector:
+    """World size 1: the trainer's own process collects each batch."""
+
+    def __init__(self, collector: RolloutCollector, subscriber: WeightSubscriber, evaluation: Optional[PeriodicEvaluation]):
+        self.collector, self.subscriber, self.evaluation = collector, subscriber, evaluation
+
+    def receive(self) -> list[TensorDict]:
+        return [self.receive_any()]
+
+    def receive_any(self) -> TensorDict:
+        self.subscriber.poll()
+        batch = self.collector.collect(self.subscriber.header)
+        if self.evaluation is not None:
+            self.evaluation.maybe_run(batch, self.subscriber.header)
+        return batch
+
+    def drain(self) -> int:
+        self.collector.envs.close()
+        if self.evaluation is not None:
+            self.evaluation.close()
+        return 0
+
+
+class InlineEvaluations:
+    """World size 1: the trainer's own process evaluates each new version."""
+
+    def __init__(self, evaluation: Evaluation, subscriber: WeightSubscriber):
+        self.evaluation, self.subscriber = evaluation, subscriber
+
+    def take(self) -> list[EvalResult]:
+        header = self.subscriber.poll()
+        if header is None or header.stop:
+            return []
+        return [self.evaluation(header)]
+
+    def wait_for(self, version: int, timeout_s: float) -> None:
+        pass  # take() evaluates every version as soon as it is published
+
+    def drain(self) -> int:
+        self.evaluation.close()
+        return 0
+
+
+class RemoteEvaluations:
+    """Collectors' evaluation messages, received by a helper thread so that
+    gradient steps never wait: Gloo's point-to-point receives cannot be
+    polled, only waited on."""
+
+    def __init__(self, receiver: BatchReceiver):
+        self.receiver = receiver
+        self.cond = threading.Condition()
+        self.results: list[EvalResult] = []
+        self.newest = {c: -1 for c in receiver.collectors}  # newest version each collector evaluated
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._receive, name="eval-receive", daemon=True)
+        self.thread.start()
+
+    def _receive(self) -> None:
+        try:
+            while len(self.receiver.finished) < len(self.receiver.collectors):
+                message = self.receiver.receive_any()
+                with self.cond:
+                    if not float(message["stats", "last"]):
+                        stats, version = message["stats"], int(message["version"])
+                        self.results.append(EvalResult(version, float(stats["eval_episodes"]), float(stats["eval_return_sum"])))
+                        self.newest[int(message["rank"])] = version
+                    self.cond.notify_all()
+        except BaseException as e:  # handed to the trainer's thread
+            with self.cond:
+                self.error = e
+                self.cond.notify_all()
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def take(self) -> list[EvalResult]:
+        with self.cond:
+            self._check()
+            results, self.results = self.results, []
+            return results
+
+    def wait_for(self, version: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while min(self.newest.values()) < version:
+                self._check()
+                if not self.cond.wait(timeout=max(deadline - time.monotonic(), 0)):
+                    late = [c for c, v in self.newest.items() if v < version]
+                    raise ChannelError(f"collector ranks {late} did not evaluate version {version} within {timeout_s:g} s")
+            self._check()
+
+    def drain(self) -> int:
+        self.thread.join(timeout=self.receiver.timeout_s + 5)
+        self._check()
+        if self.thread.is_alive():
+            raise ChannelError("collectors did not finish their last evaluation in time")
+        return 0
+
+
+@dataclass
+class Connected:
+    """What a trainer is connected to: the weight publisher (trainer 0's;
+    None on other trainers) and one source, of batches or of evaluations."""
+
+    publisher: Optional[WeightPublisher]
+    batches: Optional[BatchSource] = None
+    evaluations: Optional[EvaluationSource] = None
+
+    def drain(self) -> None:
+        source = self.batches if self.batches is not None else self.evaluations
+        assert source is not None
+        source.drain()
+
+
+def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm, frames: int = 0) -> Connected:
+    """Trainer 0's weight publisher, and this trainer's source of batches
+    (online) or evaluations (offline). ``frames``: where a resumed run stands.
+
+    Order matters: every rank connects the sync group first, then the data
+    channel, or two ranks could block on each other's second handshake.
+    """
+    models = algo.published_models()
+    if layout.single_process:
+        publisher, subscriber = local_pair(cfg.sync.timeout_s)
+        publisher.connect(models, algo.header_values)
+        if algo.offline:
+            return Connected(publisher, evaluations=InlineEvaluations(make_evaluation(cfg, 0, subscriber), subscriber))
+        collector = build_collector(cfg, 0, subscriber)
+        if frames:
+            collector.reset(cfg.seed + frames)  # a resumed run: new episodes, not a replay
+        evaluation = make_periodic_evaluation(cfg, layout, collector)
+        return Connected(publisher, batches=InlineCollector(collector, subscriber, evaluation))
+    assert groups is not None
+    publisher = None
+    if layout.rank == 0:
+        publisher = make_publisher(cfg.sync, layout.rank, groups)
+        publisher.connect(models, algo.header_values)
+    if algo.offline:
+        template = eval_message()
+    else:
+        steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
+        template = batch_template(models["policy"], algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs)
+    receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
+    if algo.offline:
+        return Connected(publisher, evaluations=RemoteEvaluations(receiver))
+    return Connected(publisher, batches=receiver)

@@ -1,0 +1,52 @@
+"""What a trainer checkpoints, as one object with ``state_dict``/``load_state_dict``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from harness.algos import Algorithm
+
+
+@dataclass
+class Progress:
+    """How far a run got."""
+
+    frames: int = 0  # env frames learned from (none in offline runs)
+    updates: int = 0  # algorithm updates: sync rounds, streamed batches, or offline gradient steps
+    version: int = 0  # the weights version the next publish carries
+
+
+class TrainerState:
+    """The algorithm (models and optimisers; with ``keep_replay`` the replay
+    buffer), the run's progress, and every trainer's RNG state.
+
+    ``state_dict`` is a collective when several trainers learn together
+    (``ddp_group``): each contributes its RNG state, which it gets back on resume.
+    """
+
+    def __init__(self, algo: Algorithm, progress: Progress, rank: int, ddp_group: Optional[dist.ProcessGroup], keep_replay: bool):
+        self.algo, self.progress, self.rank = algo, progress, rank
+        self.ddp_group, self.keep_replay = ddp_group, keep_replay
+
+    def state_dict(self) -> dict[str, Any]:
+        rng = [torch.get_rng_state()]
+        if self.ddp_group is not None:
+            rng = [torch.empty_like(rng[0]) for _ in range(dist.get_world_size(self.ddp_group))]
+            dist.all_gather(rng, torch.get_rng_state(), group=self.ddp_group)
+        state: dict[str, Any] = {"algo": self.algo.state_dict(), "progress": asdict(self.progress), "rng": rng}
+        if self.keep_replay and hasattr(self.algo, "replay_state"):
+            state["replay"] = self.algo.replay_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.algo.load_state_dict(state["algo"])
+        if state.get("replay") is not None and hasattr(self.algo, "load_replay_state"):
+            self.algo.load_replay_state(state["replay"])
+        for name, value in state["progress"].items():
+            setattr(self.progress, name, value)
+        rng = state["rng"]
+        torch.set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])

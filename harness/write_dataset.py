@@ -1,0 +1,168 @@
+"""Write an offline dataset: roll out a behaviour policy on every rank.
+
+    python -m harness.write_dataset env=pendulum out=datasets/pendulum-random frames=50000
+    torchrun --nproc_per_node=2 -m harness.write_dataset env=pendulum out=datasets/pendulum-medium \\
+        policy=runs/sac/checkpoints/step-000000006000 reference.expert_policy=runs/sac
+    python -m harness.write_dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
+
+``policy`` is a checkpoint (``<run_dir>/checkpoints/step-*``) or a run
+directory (its newest checkpoint); without it actions are uniformly random.
+The policy acts as it did in training (stochastic, with the exploration its
+algorithm had at that checkpoint). Every rank collects its share of
+``frames`` into one memory-mapped storage made by rank 0 (a shared file
+system across nodes); rank 0 then measures the reference returns and writes
+``meta.json``. See :mod:`harness.data.dataset` for the format.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import hydra
+import numpy as np
+import torch
+import torch.distributed as dist
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from harness.algos.base import Policy
+from harness.collect.envs import env_spec, make_vec_env
+from harness.collect.evaluate import eval_seed, evaluate
+from harness.collect.rollout import RolloutCollector
+from harness.config import EnvConfig
+from harness.data import dataset
+from harness.distributed.setup import join, shutdown_distributed
+from harness.distributed.topology import Layout
+from harness.policies import RandomPolicy, load_policy
+from harness.sync.contract import Header
+
+log = logging.getLogger("harness")
+
+
+@dataclass
+class ReferenceConfig:
+    """The returns that normalised scores are measured against."""
+
+    episodes: int = 10  # deterministic episodes per measured reference
+    random_return: Optional[float] = None  # known random return; default: measured with uniform random actions
+    expert_return: Optional[float] = None  # known expert return, or:
+    expert_policy: Optional[str] = None  # a checkpoint or run directory whose policy's return is measured
+
+
+@dataclass
+class DatasetConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    out: str = MISSING  # the dataset directory to write
+    policy: Optional[str] = None  # behaviour policy: checkpoint or run directory; None: uniform random actions
+    frames: int = 100_000  # transitions, all ranks together
+    num_envs: int = 4  # envs per rank
+    mix: list[str] = field(default_factory=list)  # instead of collecting: concatenate these datasets into out
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    seed: int = 1
+    dist_timeout_s: float = 300.0  # bounds every collective (the slowest rank's collection included)
+
+    def __post_init__(self) -> None:
+        if self.frames < 1 or self.num_envs < 1 or self.reference.episodes < 1:
+            raise ValueError("frames, num_envs and reference.episodes must be >= 1")
+        if self.reference.expert_return is not None and self.reference.expert_policy is not None:
+            raise ValueError("give reference.expert_return or reference.expert_policy, not both")
+
+
+def roll_out_share(cfg: DatasetConfig, layout: Layout, policy: Policy, values: dict[str, float]) -> torch.Tensor:
+    """Fill this rank's share of the storage (rank 0 allocates it); returns
+    ``[episodes, their return sum]`` of the episodes that ended in it."""
+    envs = make_vec_env(cfg.env.id, cfg.num_envs, cfg.env.max_episode_steps)
+    torch.manual_seed(cfg.seed + layout.rank)
+    world = layout.world_size
+    steps = max(1, min(1000, cfg.frames // (world * cfg.num_envs)))
+    collector = RolloutCollector(envs, policy, steps * cfg.num_envs, cfg.seed + layout.rank * cfg.num_envs, next_obs=True)
+    if layout.rank == 0:
+        dataset.allocate(cfg.out, collector.batch["rollout"][0, 0], cfg.frames)
+    if world > 1:
+        dist.barrier()
+    storage = dataset.open_storage(cfg.out)
+    shares = [cfg.frames // world + (r < cfg.frames % world) for r in range(world)]
+    cursor, end = sum(shares[: layout.rank]), sum(shares[: layout.rank + 1])
+    header = Header(version=0, frames=0, stop=False, values=values)
+    totals = torch.zeros(2, dtype=torch.float64)
+    try:
+        while cursor < end:
+            batch = collector.collect(header)
+            rows = batch["rollout"].select(*dataset.FIELDS).reshape(-1)[: end - cursor]
+            storage[cursor : cursor + rows.shape[0]] = rows
+            cursor += rows.shape[0]
+            totals += torch.stack([batch["stats", "episodes"], batch["stats", "return_sum"]])
+    finally:
+        envs.close()
+    return totals
+
+
+def mean_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
+    """A reference return: ``reference.episodes`` deterministic episodes."""
+    envs = make_vec_env(cfg.env.id, cfg.reference.episodes, cfg.env.max_episode_steps)
+    try:
+        return float(np.mean(evaluate(policy, envs, eval_seed(cfg.seed, 0, cfg.reference.episodes), values)))
+    finally:
+        envs.close()
+
+
+def finish(cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sources: list[dict]) -> None:
+    """Rank 0: measure the reference returns, then write ``meta.json``."""
+    episodes, return_sum = totals.tolist()
+    ref = cfg.reference
+    random_return = ref.random_return if ref.random_return is not None else mean_return(cfg, policy, {})
+    expert_return = ref.expert_return
+    if ref.expert_policy is not None:
+        expert, expert_values, _ = load_policy(ref.expert_policy, cfg.env.id)
+        expert_return = mean_return(cfg, expert, expert_values)
+    meta = dataset.Meta(
+        env=cfg.env.id, transitions=cfg.frames, episodes=int(episodes),
+        behaviour_return=return_sum / episodes if episodes else float("nan"),
+        random_return=random_return, expert_return=expert_return, sources=sources,
+    )
+    dataset.finish(cfg.out, meta)
+    log.info("wrote %s: %d transitions, %d episodes, behaviour return %.1f (random %.1f, expert %s)",
+             cfg.out, meta.transitions, meta.episodes, meta.behaviour_return, random_return, expert_return)
+
+
+def write(cfg: DatasetConfig, layout: Layout) -> None:
+    """Every rank rolls out its share; rank 0 then describes the whole."""
+    random = RandomPolicy(env_spec(cfg.env.id, cfg.env.max_episode_steps))
+    if cfg.policy is None:
+        policy, values, source = random, {}, {"policy": "random"}
+    else:
+        policy, values, source = load_policy(cfg.policy, cfg.env.id)
+    totals = roll_out_share(cfg, layout, policy, values)
+    sources: list = [{**source, "rank": layout.rank, "seed": cfg.seed + layout.rank}]
+    if not layout.single_process:
+        dist.all_reduce(totals)
+        sources = [None] * layout.world_size
+        dist.all_gather_object(sources, {**source, "rank": layout.rank, "seed": cfg.seed + layout.rank})
+    if layout.rank == 0:
+        finish(cfg, random, totals, sources)
+
+
+ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="write_dataset")
+def main(raw: DictConfig) -> None:
+    cfg: DatasetConfig = OmegaConf.to_object(raw)
+    if cfg.mix:
+        meta = dataset.concatenate(cfg.mix, cfg.out)
+        log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
+        return
+    dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
+    layout = Layout.from_env(trainers=1)
+    try:
+        if not layout.single_process:
+            join(layout, cfg.dist_timeout_s, role="dataset writer")
+        write(cfg, layout)
+    finally:
+        shutdown_distributed()
+
+
+if __name__ == "__main__":
+    main()
