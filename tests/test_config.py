@@ -7,22 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
-
 from tensordict import TensorDict
 
-from harness.config import Config, load, register_configs
+from harness.config import Config
 from harness.data import dataset
+from helpers import CONF, compose_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-register_configs()
-
-
-def compose_config(*overrides: str) -> Config:
-    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
-        return load(compose("config", overrides=list(overrides)))
+pytestmark = pytest.mark.unit
 
 
 def test_default_job_is_ppo_cartpole_gloo():

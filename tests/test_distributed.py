@@ -4,39 +4,41 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
-from harness.distributed.spawn import run_ranks
+from harness.algos.ppo import PPO, PPOConfig
+from harness.collect.envs import env_spec
 from harness.collect.rollout import batch_template
 from harness.data.channel import BatchReceiver, BatchSender, ChannelError
 from harness.distributed.setup import init_distributed, resolve_run_dir
+from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
-from harness.algos.ppo import PPO, PPOConfig
-from harness.collect.envs import env_spec
+
+pytestmark = pytest.mark.multiprocess
 
 
 def join(rank, world, timeout_s):
-    start = time.monotonic()
     try:
         init_distributed(Layout.from_env(1), timeout_s)
     except RuntimeError as e:
-        return str(e), time.monotonic() - start
-    return "joined", 0.0
+        return str(e)
+    return "joined"
 
 
 def test_a_rank_that_never_joins_fails_start_up_within_the_timeout():
-    results = run_ranks(join, 3, 3.0, ranks=[0, 1])  # rank 2 never starts
+    results = run_ranks(join, 3, 3.0, ranks=[0, 1], timeout=60)  # rank 2 never starts
     for rank in (0, 1):
-        message, elapsed = results[rank][1]
+        assert results[rank][0] == "ok", results[rank]  # not "hung": the join gave up by itself
+        message = results[rank][1]
         assert f"rank {rank}" in message and "all 3 ranks" in message, message
-        assert elapsed < 20
 
 
 def shared_dir(rank, world):
     layout = Layout.from_env(1)
     init_distributed(layout, 20)
-    if rank == 1:
-        time.sleep(1.5)  # a different clock second, were it read here
+    if rank == 1:  # a clock that reads another second, were each rank's clock read
+        time.strftime = lambda *args: "19700101-000000"
     return str(resolve_run_dir(None, "runs", "ppo-CartPole-v1", layout))
 
 
@@ -46,16 +48,6 @@ def test_every_rank_gets_the_same_run_dir(monkeypatch):
     results = run_ranks(shared_dir, 3)
     dirs = {value for _, value in results.values()}
     assert len(dirs) == 1 and next(iter(dirs)).startswith("runs/ppo-CartPole-v1-"), results
-
-
-def test_run_dir_override_and_job_ids(monkeypatch):
-    layout = Layout.from_env(1, env={})
-    assert str(resolve_run_dir("/x/y", "runs", "n", layout)) == "/x/y"
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-slurm42"
-    monkeypatch.delenv("SLURM_JOB_ID")
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
-    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-abc"
 
 
 def template():
@@ -94,8 +86,6 @@ def test_data_channel_delivers_each_collectors_batches_bit_exact():
 
 
 def test_dead_collector_is_named_by_the_trainer():
-    start = time.monotonic()
-    results = run_ranks(channel, 3, 2, 2)
+    results = run_ranks(channel, 3, 2, 2, timeout=60)
     kind, message = results[0][1]
     assert kind == "error" and "collector rank 2" in message, results[0]
-    assert time.monotonic() - start < 30

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import csv
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import BIN, ROOT, run_harness
 from harness.distributed.spawn import free_port
 from harness.sync.shared_memory import PREFIX
+from helpers import BIN, launch_env, rows, run_harness
 
-
-def rows(run_dir):
-    return list(csv.DictReader((run_dir / "metrics.csv").open()))
+pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize("scheme", ["gloo", "shm"])
@@ -69,8 +65,7 @@ def test_hierarchical_across_two_simulated_nodes(workdir):
     cmd = [str(BIN / "torchrun"), "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
            f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two-nodes", "-m", "harness.train",
            "debug=tiny", "sync=hierarchical", f"run_dir={workdir / 'run'}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    nodes = [subprocess.Popen(cmd, cwd=workdir, env=env,
+    nodes = [subprocess.Popen(cmd, cwd=workdir, env=launch_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = [p.communicate(timeout=180) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], [o[1][-2000:] for o in outs]

@@ -5,18 +5,15 @@ Random play scores about -1200 on Pendulum-v1 and 22 on CartPole-v1.
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
-from conftest import run_harness
+from helpers import column, rows, run_harness
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def returns(run_dir) -> list[float]:
-    return [float(r["train/episode_return"]) for r in csv.DictReader((run_dir / "metrics.csv").open())
-            if r["train/episode_return"] not in ("", "nan")]
+    return column(rows(run_dir), "train/episode_return")
 
 
 @pytest.mark.parametrize("preset", ["sac_pendulum", "td3_pendulum"])
@@ -42,6 +39,6 @@ def test_offpolicy_runs_distributed_with_random_warmup_then_learning(workdir):
     out = run_harness(["experiment=sac_pendulum", "collector.total_frames=1536", "algo.learning_starts=512", "algo.batch_size=64",
                        "eval.every_frames=0", "logger.log_every_frames=512", "logger.console=false", "run_dir=run"], workdir, nproc=3)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = list(csv.DictReader((workdir / "run" / "metrics.csv").open()))
-    assert int(rows[-1]["train/replay_size"]) == int(rows[-1]["frames"])
-    assert 0 < int(rows[-1]["train/gradient_steps"]) <= int(rows[-1]["frames"]) - 512 + 64
+    last = rows(workdir / "run")[-1]
+    assert int(last["train/replay_size"]) == int(last["frames"])
+    assert 0 < int(last["train/gradient_steps"]) <= int(last["frames"]) - 512 + 64

@@ -1,12 +1,12 @@
 """The SLURM scripts on a real SLURM (munged, slurmctld, slurmd) started here.
 
 Needs root and the slurm-wlm package (``.ci/run`` installs it); skips, saying
-which, where either is missing. See ../shared/SLURM_LOCAL.md.
+which, where either is missing. The daemons run as root with a minimal
+slurm.conf (below) that claims 4 CPUs, so that 3-4 tasks fit on 2 cores.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import subprocess
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, wait_for
+from helpers import ROOT, column, rows, wait_for
+
+pytestmark = pytest.mark.slurm
 
 CONF = """ClusterName=harness-test
 SlurmctldHost=localhost
@@ -81,7 +83,7 @@ def slurm(tmp_path_factory):
 
 
 def frames(run_dir: Path) -> list[int]:
-    return [int(r["frames"]) for r in csv.DictReader((run_dir / "metrics.csv").open())]
+    return [int(f) for f in column(rows(run_dir), "frames")]
 
 
 def job_env(slurm, run_dir: Path, **extra) -> dict:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.distributed.setup import resolve_run_dir
 from harness.distributed.topology import Layout, LayoutError
+
+pytestmark = pytest.mark.unit
 
 
 def env(rank, world, node=0):
@@ -50,3 +53,13 @@ def test_two_trainers_in_one_process_is_an_error():
 def test_zero_trainers_is_an_error():
     with pytest.raises(LayoutError, match="at least one rank must train"):
         Layout.from_env(0, env=env(0, 3))
+
+
+def test_run_dir_override_and_job_ids(monkeypatch):
+    layout = Layout.from_env(1, env={})
+    assert str(resolve_run_dir("/x/y", "runs", "n", layout)) == "/x/y"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-slurm42"
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
+    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-abc"

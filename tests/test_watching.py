@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, run_harness
+import pytest
 
+from helpers import ROOT, launch_env, rows, run_harness
+
+pytestmark = pytest.mark.e2e
 TINY = ["debug=tiny", "logger.console=false"]
 
 
@@ -76,15 +78,14 @@ def test_broken_wandb_does_not_stop_training_and_never_prints_the_key(workdir):
     text = out.stdout + out.stderr
     assert text.count("training goes on, logging to metrics.csv only") == 1
     assert secret not in text and secret not in "".join(p.read_text(errors="ignore") for p in (workdir / "run").rglob("*") if p.is_file() and p.suffix in (".log", ".yaml", ".csv", ".json", ""))
-    rows = (workdir / "run" / "metrics.csv").read_text().splitlines()
-    assert rows[-1].startswith("1024,")
+    assert rows(workdir / "run")[-1]["frames"] == "1024"
 
 
 def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
     for seed in (1, 2):
         out = run_harness([*TINY, f"seed={seed}", f"run_dir=seed{seed}"], workdir, nproc=1)
         assert out.returncode == 0, out.stderr[-3000:]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = launch_env()
     done = subprocess.run([sys.executable, str(ROOT / "scripts/plot.py"), "seed1", "seed2", "--out", "curves.png"],
                           cwd=workdir, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,73 @@
+"""What the tests share: launching the harness for real, reading what a run
+wrote, composing configs, and bounded waits."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from hydra import compose, initialize_config_dir
+
+from harness.config import Config, load, register_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+BIN = Path(sys.executable).parent
+register_configs()
+
+
+def launch_env(extra: dict | None = None) -> dict[str, str]:
+    """The environment a launched job gets: this checkout first on the path,
+    one thread per rank (several ranks share two cores here)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
+    """``python`` for one process, else the real ``torchrun`` for ``nproc`` ranks."""
+    if nproc == 1:
+        return [sys.executable]
+    return [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
+
+
+def run_harness(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None,
+                module: str = "harness.train") -> subprocess.CompletedProcess:
+    """``python -m harness.train`` (nproc 1) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
+    return subprocess.run([*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0) -> subprocess.Popen:
+    """The same, in the background (output merged), for tests that signal or kill it."""
+    return subprocess.Popen([*launcher(nproc, restarts), "-m", "harness.train", *args], cwd=cwd, env=launch_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    """``metrics.csv`` of a run directory, one dict per row."""
+    with (Path(run_dir) / "metrics.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def column(table: list[dict[str, str]], key: str) -> list[float]:
+    """One column's values as floats, skipping rows without it (and ``nan``s)."""
+    return [float(r[key]) for r in table if r.get(key) not in (None, "", "nan")]
+
+
+def compose_config(*overrides: str) -> Config:
+    """The typed config that ``python -m harness.train <overrides>`` would run with."""
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        return load(compose("config", overrides=list(overrides)))
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
