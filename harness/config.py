@@ -27,6 +27,24 @@ class TopologyConfig:
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
 
 
+def check_placement(section: str, device: str, threads: str) -> None:
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
+    if threads != "auto" and not (threads.isdigit() and int(threads) >= 1):
+        raise ValueError(f"{section}.threads={threads!r}: choose auto or a number of threads >= 1")
+
+
+@dataclass
+class TrainerConfig:
+    """Where trainer ranks compute (harness/distributed/placement.py)."""
+
+    device: str = "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
+    threads: str = "auto"  # auto: the node's cores left after one per collector, shared by its trainers
+
+    def __post_init__(self) -> None:
+        check_placement("trainer", self.device, self.threads)
+
+
 @dataclass
 class CollectorConfig:
     """How collectors gather experience."""
@@ -39,8 +57,11 @@ class CollectorConfig:
     num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
     frames_per_batch: int = 256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
+    device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
+    threads: str = "auto"  # auto: one per collector
 
     def __post_init__(self) -> None:
+        check_placement("collector", self.device, self.threads)
         if self.mode not in ("sync", "async"):
             raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")
         if self.pipeline and self.mode != "sync":
@@ -110,6 +131,7 @@ class Config:
     algo: Any = MISSING  # one of conf/algo/*.yaml, typed by its algorithm's dataclass
     env: EnvConfig = field(default_factory=EnvConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)

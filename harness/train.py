@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
+from harness.distributed.placement import describe_all, place
 from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout
 from harness.roles.collector import run_collector
@@ -52,16 +53,20 @@ def main(raw: DictConfig) -> None:
     cfg = load(raw)  # every value checked before any process group exists
     check_dataset(cfg)
     layout = Layout.from_env(cfg.topology.trainers)
+    nccl = cfg.sync.name == "nccl"
+    placement = place(layout, cfg.trainer.device, cfg.collector.device, cfg.trainer.threads, cfg.collector.threads, nccl)
+    placement.apply()  # before any process group: NCCL binds to the current device
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
     try:
-        groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s, nccl_sync=cfg.sync.name == "nccl")
+        groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s, nccl_sync=nccl)
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
+        placements = describe_all(placement, not layout.single_process)
         if layout.rank == 0:
             check_writable(run_dir)
             OmegaConf.save(raw, run_dir / "config.yaml", resolve=True)
             log.info("run_dir: %s", run_dir)
-            log.info("%s", layout.describe())
+            log.info("%s\n%s", layout.describe(), placements)
         # From here on SIGTERM / SIGUSR1 mean: checkpoint at the next safe point,
         # then exit. Before, during start-up, they stop the process at once.
         signals.install()

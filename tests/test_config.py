@@ -73,6 +73,8 @@ def test_overrides_reach_typed_fields():
         ("sync.name=carrier_pigeon", "choose one of"),
         ("env.id=NoSuchEnv-v0", "not a registered gymnasium env"),
         ("algo.gamma=1.5", "algo.gamma must be in [0, 1]"),
+        ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
+        ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
     ],
 )
 def test_bad_values_fail_with_the_value_and_the_fix(override, message):

@@ -22,9 +22,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(target, rank, world_size, port, queue, args, node):
+def _rank_main(target, rank, world_size, port, queue, args, nodes):
+    node = nodes[rank]
+    local = [r for r in range(world_size) if nodes[r] == node]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank), GROUP_RANK=str(node), OMP_NUM_THREADS="1")
+                      LOCAL_RANK=str(local.index(rank)), LOCAL_WORLD_SIZE=str(len(local)), GROUP_RANK=str(node),
+                      OMP_NUM_THREADS="1")
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
     except BaseException as e:  # report every failure to the parent, typed by name
@@ -36,12 +39,13 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
     (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
     status is ``"ok"`` or the exception's class name. Ranks that hang past
     ``timeout`` are killed and reported as ``"hung"``. ``nodes[rank]`` is the
-    node rank a rank reports (torchrun's GROUP_RANK), to simulate several nodes."""
+    node rank a rank reports (torchrun's GROUP_RANK), to simulate several nodes
+    (list a node's ranks contiguously, as torchrun numbers them)."""
     ctx = mp.get_context("spawn")
     queue, port = ctx.Queue(), free_port()
     ranks = list(range(world_size)) if ranks is None else ranks
     nodes = nodes or [0] * world_size
-    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes[r])) for r in ranks}
+    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes)) for r in ranks}
     for p in procs.values():
         p.start()
     results = {}

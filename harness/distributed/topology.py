@@ -22,6 +22,7 @@ class Layout:
     local_rank: int
     node_rank: int
     trainers: int
+    local_world_size: int = 1  # ranks on this node
 
     @classmethod
     def from_env(cls, trainers: int, env: dict[str, str] | None = None) -> "Layout":
@@ -34,6 +35,7 @@ class Layout:
             # torchrun calls the node rank GROUP_RANK; SLURM's srun NODEID.
             node_rank=int(env.get("GROUP_RANK", env.get("SLURM_NODEID", 0))),
             trainers=trainers,
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
         )
         layout.validate()
         return layout
@@ -81,6 +83,12 @@ class Layout:
     @property
     def collector_ranks(self) -> list[int]:
         return list(range(self.trainers, self.world_size))
+
+    @property
+    def node_ranks(self) -> range:
+        """The ranks on this node (torchrun numbers a node's ranks contiguously)."""
+        first = self.rank - self.local_rank
+        return range(first, first + self.local_world_size)
 
     def trainer_of(self, collector_rank: int) -> int:
         return (collector_rank - self.trainers) % self.trainers

@@ -1,0 +1,100 @@
+"""Where each rank computes: its device and its number of threads.
+
+Decided once at start-up, before any process group exists, from the config
+and torchrun's ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``, and printed in the
+layout. Trainers take a GPU when there is one; collectors stay on the CPU
+unless the weights arrive by NCCL, which needs one GPU per rank. Threads
+follow the cores: each collector keeps one, the node's trainers share the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.distributed.topology import Layout
+
+AUTO = "auto"
+
+
+class PlacementError(ValueError):
+    """A device or thread choice that cannot work here, with the fix."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One rank's device (``cpu`` or ``cuda:<i>``) and intra-op thread count."""
+
+    rank: int
+    role: str
+    device: str
+    threads: int
+
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.role}: {self.device}, {self.threads} thread{'s' * (self.threads != 1)}"
+
+    def apply(self) -> None:
+        """Bind this process: its GPU (before NCCL sees any), its thread pool."""
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(self.device))
+        torch.set_num_threads(self.threads)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity: a SLURM allocation, taskset)."""
+    return len(os.sched_getaffinity(0))
+
+
+def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, nccl: bool, gpus: int) -> bool:
+    choice = trainer_device if is_trainer else collector_device
+    if choice == AUTO:
+        return gpus > 0 if is_trainer else nccl
+    return choice == "cuda"
+
+
+def place(layout: Layout, trainer_device: str, collector_device: str, trainer_threads: str, collector_threads: str,
+          nccl: bool, cores: Optional[int] = None, gpus: Optional[int] = None) -> Placement:
+    """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``;
+    ``*_threads``: ``auto`` or a count. ``cores``/``gpus`` default to this machine's."""
+    cores = usable_cores() if cores is None else cores
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    is_trainer = layout.is_trainer
+    for role, choice in (("trainer", trainer_device), ("collector", collector_device)):
+        if choice == "cuda" and gpus == 0:
+            raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
+    if nccl and not layout.single_process and collector_device == "cpu":
+        raise PlacementError("sync=nccl moves weights between GPUs, but collector.device=cpu: "
+                             "use sync=shm or sync=gloo for CPU collectors (a GPU trainer stages its weights for them)")
+    cuda_ranks = [r for r in layout.node_ranks
+                  if _wants_cuda(r < layout.trainers, trainer_device, collector_device, nccl, gpus)]
+    device = "cpu"
+    if layout.rank in cuda_ranks:
+        index = cuda_ranks.index(layout.rank)
+        if nccl and len(cuda_ranks) > gpus:
+            raise PlacementError(
+                f"sync=nccl needs one GPU per rank, but node {layout.node_rank} runs {len(cuda_ranks)} GPU ranks "
+                f"({cuda_ranks[0]}..{cuda_ranks[-1]}) on {gpus} GPU{'s' * (gpus != 1)}: ranks {cuda_ranks[gpus:]} would share one. "
+                f"Fix: launch at most {gpus} ranks per node (--nproc_per_node), or keep collectors on the CPU "
+                "with sync=shm or sync=gloo")
+        device = f"cuda:{index % gpus}"
+    node_trainers = sum(r < layout.trainers for r in layout.node_ranks)
+    node_collectors = layout.local_world_size - node_trainers
+    if layout.single_process:
+        threads = cores if trainer_threads == AUTO else int(trainer_threads)
+    elif is_trainer:
+        threads = max(1, (cores - node_collectors) // max(node_trainers, 1)) if trainer_threads == AUTO else int(trainer_threads)
+    else:
+        threads = 1 if collector_threads == AUTO else int(collector_threads)
+    return Placement(layout.rank, layout.role, device, threads)
+
+
+def describe_all(placement: Placement, distributed: bool) -> str:
+    """Every rank's placement, one line each (a collective on the default group)."""
+    lines = [placement.describe()]
+    if distributed:
+        lines = [""] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(lines, placement.describe())
+    return "\n".join(f"  {line}" for line in lines)

@@ -1,0 +1,68 @@
+"""Each rank's device and thread count, decided from the layout and the config
+(the node's GPU and core counts are inputs, so every decision is tested here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.distributed.placement import PlacementError, place
+from harness.distributed.topology import Layout
+
+pytestmark = pytest.mark.unit
+
+
+def layout(rank: int, world: int, trainers: int = 1, per_node: int | None = None) -> Layout:
+    per_node = per_node or world
+    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % per_node),
+           "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(rank // per_node)}
+    return Layout.from_env(trainers, env=env)
+
+
+def placements(world, trainers=1, per_node=None, trainer_device="auto", collector_device="auto",
+               trainer_threads="auto", collector_threads="auto", nccl=False, cores=16, gpus=0):
+    return [place(layout(r, world, trainers, per_node), trainer_device, collector_device, trainer_threads,
+                  collector_threads, nccl, cores=cores, gpus=gpus) for r in range(world)]
+
+
+def test_cpu_node_trainer_takes_the_cores_collectors_leave():
+    got = placements(world=9, cores=64)  # 1 trainer + 8 collectors on a 64-core node
+    assert [(p.device, p.threads) for p in got] == [("cpu", 56)] + [("cpu", 1)] * 8
+
+
+def test_two_trainers_share_what_the_collectors_leave_and_never_get_zero():
+    got = placements(world=6, trainers=2, cores=16)
+    assert [p.threads for p in got] == [6, 6, 1, 1, 1, 1]
+    assert placements(world=3, cores=2)[0].threads == 1  # the default job on 2 cores: one each
+
+
+def test_single_process_uses_every_core_and_explicit_counts_win():
+    assert placements(world=1, cores=8)[0].threads == 8
+    got = placements(world=3, trainer_threads="4", collector_threads="2", cores=2)
+    assert [p.threads for p in got] == [4, 2, 2]
+
+
+def test_gpu_trainer_with_cpu_collectors():
+    got = placements(world=4, gpus=1)
+    assert [p.device for p in got] == ["cuda:0", "cpu", "cpu", "cpu"]
+
+
+def test_nccl_puts_every_rank_on_its_own_gpu_by_local_rank():
+    got = placements(world=8, per_node=4, nccl=True, gpus=4)  # two nodes of 4 GPUs
+    assert [p.device for p in got] == [f"cuda:{i}" for i in range(4)] * 2
+
+
+def test_two_ranks_on_one_gpu_with_nccl_fail_naming_the_ranks_and_the_fix():
+    with pytest.raises(PlacementError, match=r"ranks \[2\] would share one.*--nproc_per_node.*sync=shm"):
+        placements(world=3, nccl=True, gpus=2)
+
+
+def test_cuda_asked_for_without_a_gpu_and_nccl_with_cpu_collectors_are_refused():
+    with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
+        placements(world=3, trainer_device="cuda", gpus=0)
+    with pytest.raises(PlacementError, match="sync=nccl .* collector.device=cpu"):
+        placements(world=3, collector_device="cpu", nccl=True, gpus=4)
+
+
+def test_gpu_trainers_of_a_node_take_gpus_in_local_rank_order():
+    got = placements(world=6, trainers=2, gpus=2)
+    assert [p.device for p in got] == ["cuda:0", "cuda:1", "cpu", "cpu", "cpu", "cpu"]
