@@ -24,7 +24,7 @@ import time
 import torch
 from tensordict import TensorDict
 
-from harness.algos.cql import CQL, CQLConfig
+from harness.algos.cql import CQL, CQLConfig, DiscreteCQL
 from harness.algos.dqn import DQN, DQNConfig
 from harness.algos.iql import IQL, IQLConfig
 from harness.algos.ppo import PPO, PPOConfig
@@ -65,7 +65,7 @@ def main() -> None:
         ("iql", IQL(IQLConfig(), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
         ("cql", CQL(CQLConfig(), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
         ("cql_4_actions", CQL(CQLConfig(n_actions=4), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("cql_discrete", CQL(CQLConfig(), cartpole, 0), offpolicy_batch(4, torch.randint(0, 2, (256,)))),
+        ("cql_discrete", DiscreteCQL(CQLConfig(), cartpole, 0), offpolicy_batch(4, torch.randint(0, 2, (256,)))),
     ):
         seconds = timed(lambda: algo.learn(data), args.repeats)
         rows.append({"case": f"update/{name}", "ms": 1000 * seconds})

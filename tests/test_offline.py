@@ -151,7 +151,7 @@ def test_cql_penalty_hand_checked():
 
 
 @pytest.mark.parametrize("algo,spec", [(IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM), (CQL(CQLConfig(batch_size=32, n_actions=3), PENDULUM, 0), PENDULUM),
-                                       (CQL(CQLConfig(batch_size=32), CARTPOLE, 0), CARTPOLE)], ids=["iql", "cql", "cql-discrete"])
+                                       (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32), CARTPOLE, 0), CARTPOLE)], ids=["iql", "cql", "cql-discrete"])
 def test_offline_updates_run_and_change_the_policy(algo, spec):
     n = 64
     data = random_transitions(n, obs_dim=spec.obs_shape[0])

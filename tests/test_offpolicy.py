@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 from tensordict import TensorDict
-from torch import nn
 
 from harness.algos.dqn import DQN, DQNConfig, epsilon_at
 from harness.algos.replay import ReplayBuffer
@@ -49,16 +48,6 @@ def test_replay_on_disk_is_memory_mapped(tmp_path):
     assert buffer.sample(4)["reward"].max() <= 2
 
 
-class Const(nn.Module):
-    def __init__(self, value: float):
-        super().__init__()
-        self.value = value
-        self.dummy = nn.Parameter(torch.zeros(1))
-
-    def forward(self, x):
-        return torch.full((x.shape[0], 1), self.value) + 0 * self.dummy
-
-
 def batch(n=2, discrete=False):
     g = torch.Generator().manual_seed(0)
     obs_dim = 4 if discrete else 3
@@ -69,8 +58,8 @@ def batch(n=2, discrete=False):
 
 def test_sac_target_is_min_q_minus_alpha_logp_and_stops_at_termination():
     sac = SAC(SACConfig(autotune=False, alpha=0.5, gamma=0.9), PENDULUM, 1000)
-    sac.q1_target, sac.q2_target = Const(3.0), Const(5.0)
-    sac.actor.sample = lambda obs: (torch.zeros(obs.shape[0], 1), torch.full((obs.shape[0],), -2.0), None)
+    sac.critics.targets = lambda obs, action: torch.tensor([[3.0], [5.0]]).expand(2, obs.shape[0])  # Q'_1 = 3, Q'_2 = 5
+    sac.policy.sample = lambda obs: (torch.zeros(obs.shape[0], 1), torch.full((obs.shape[0],), -2.0), None)
     target = sac.q_target(batch())
     # not terminated: 1 + 0.9 * (min(3, 5) - 0.5 * -2) = 4.6; terminated: just the reward
     assert torch.allclose(target, torch.tensor([1 + 0.9 * (3 + 1.0), 2.0]))
@@ -80,11 +69,11 @@ def test_sac_entropy_tuning_raises_alpha_when_entropy_is_too_low():
     sac = SAC(SACConfig(), PENDULUM, 1000)
     assert sac.target_entropy == -1.0
     # log pi = +3 means entropy -3, below the target -1: alpha must grow.
-    sac.actor.sample = lambda obs: (torch.zeros(obs.shape[0], 1, requires_grad=True), torch.full((obs.shape[0],), 3.0), None)
-    before = sac.log_alpha.item()
+    sac.policy.sample = lambda obs: (torch.zeros(obs.shape[0], 1, requires_grad=True), torch.full((obs.shape[0],), 3.0), None)
+    before = sac.log_alpha.log_value.item()
     sac.gradient_steps = 0
     sac.learn(batch())
-    assert sac.log_alpha.item() > before
+    assert sac.log_alpha.log_value.item() > before
 
 
 def test_td3_updates_the_actor_only_every_policy_frequency_steps():
@@ -93,24 +82,24 @@ def test_td3_updates_the_actor_only_every_policy_frequency_steps():
     changes = []
     for step in range(1, 7):
         td3.gradient_steps = step
-        before = [p.clone() for p in td3.actor.parameters()]
+        before = [p.clone() for p in td3.policy.parameters()]
         td3.learn(data)
-        changes.append(any(not torch.equal(a, b) for a, b in zip(before, td3.actor.parameters())))
+        changes.append(any(not torch.equal(a, b) for a, b in zip(before, td3.policy.parameters())))
     assert changes == [False, False, True, False, False, True]
 
 
 def test_td3_target_action_stays_in_the_box():
     td3 = TD3(TD3Config(policy_noise=100.0, noise_clip=100.0), PENDULUM, 1000)
     seen = []
-    original = td3.q1_target.forward
-    td3.q1_target.forward = lambda x: (seen.append(x[:, -1].clone()), original(x))[1]
+    original = td3.critics.targets
+    td3.critics.targets = lambda obs, action: (seen.append(action.clone()), original(obs, action))[1]
     td3.q_target(batch())
     assert seen and seen[0].abs().max() <= 2.0  # Pendulum's torque limit
 
 
 def test_double_dqn_chooses_with_the_online_network_and_values_with_the_target():
     dqn = DQN(DQNConfig(double_dqn=True, gamma=1.0), CARTPOLE, 1000)
-    dqn.q_net.q = lambda obs: torch.tensor([[0.0, 9.0]] * obs.shape[0])  # noqa: E731  # online prefers action 1
+    dqn.policy.q = lambda obs: torch.tensor([[0.0, 9.0]] * obs.shape[0])  # noqa: E731  # online prefers action 1
     dqn.target.q = lambda obs: torch.tensor([[7.0, 1.0]] * obs.shape[0])  # target would pick 0
     assert torch.allclose(dqn.td_target(batch(discrete=True)), torch.tensor([1.0 + 1.0, 2.0]))
     dqn.cfg.double_dqn = False

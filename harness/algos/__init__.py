@@ -2,6 +2,11 @@
 
 Adding one: a file with its config dataclass, policy and ``Algorithm``
 subclass; one line in ``ALGOS``; one ``conf/algo/<name>.yaml``.
+
+An entry may have a form per action space (``cql``: ``DiscreteCQL`` for
+discrete actions), so a trainer builds
+``ALGOS[name].for_spec(spec)(cfg, spec, total_frames, ddp_group)``;
+``ALGOS[name].make_policy(cfg, spec)`` already picks the right policy.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ import torch
 from omegaconf import MISSING
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed import ProcessGroup
 
 from harness.collect.envs import EnvSpec
+from harness.packing import pack_parameters_
 
 
 @dataclass
@@ -24,6 +26,12 @@ class AlgoConfig:
     """Fields every algorithm has."""
 
     name: str = MISSING  # registry key: ppo, ...
+
+
+def require_actions(spec: EnvSpec, discrete: bool, message: str) -> None:
+    """Refuse ``spec`` unless its actions are discrete (``discrete``) or continuous, with ``message``."""
+    if spec.discrete != discrete:
+        raise ValueError(message)
 
 
 class Policy(nn.Module, abc.ABC):
@@ -50,9 +58,20 @@ class Algorithm(abc.ABC):
     # Averages gradients over several trainers (topology.trainers > 1) with ``data_parallel``.
     data_parallel_trainers: ClassVar[bool] = False
 
-    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
+        self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
+        # What collectors run (``make_policy``'s), trained here; packed before any optimiser sees it, so publishing is one copy.
+        self.policy = pack_parameters_(self.make_policy(cfg, spec))
+
+    @classmethod
+    def for_spec(cls, spec: EnvSpec) -> type[Algorithm]:
+        """The class that learns on ``spec``'s action space: this one, unless a
+        registry entry has a form per action space (``algo=cql``: discrete CQL
+        for discrete actions). Build an algorithm with
+        ``ALGOS[name].for_spec(spec)(cfg, spec, total_frames, ddp_group)``."""
+        return cls
 
     def data_parallel(self, module: nn.Module) -> nn.Module:
         """``module`` wrapped in DDP over the trainers' group (gradients are
@@ -66,9 +85,9 @@ class Algorithm(abc.ABC):
     def make_policy(cls, cfg: AlgoConfig, spec: EnvSpec) -> Policy:
         """The collectors' module; trainers build the same one and train it."""
 
-    @abc.abstractmethod
     def published_models(self) -> dict[str, nn.Module]:
         """The models whose weights travel to collectors, by name."""
+        return {"policy": self.policy}
 
     @abc.abstractmethod
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
@@ -76,6 +95,7 @@ class Algorithm(abc.ABC):
         frames before them. Returns metrics named ``train/...``."""
 
     def values_for_header(self, frames: int) -> dict[str, float]:
+        """The named floats that travel to collectors with the weights."""
         return {}
 
     @abc.abstractmethod

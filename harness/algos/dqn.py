@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed import ProcessGroup
 
-from harness.algos.base import Policy
+from harness.algos.base import Policy, require_actions
+from harness.algos.critics import soft_update
 from harness.algos.nets import mlp
-from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
+from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from harness.algos.optim import step
 from harness.collect.envs import EnvSpec
-from harness.packing import pack_parameters_
 
 
 @dataclass
@@ -47,12 +49,15 @@ class DQNConfig(OffPolicyConfig):
 
 
 class QPolicy(Policy):
-    def __init__(self, spec: EnvSpec, hidden_sizes):
+    """A Q-network acting epsilon-greedily (DQN's, and discrete CQL's)."""
+
+    def __init__(self, spec: EnvSpec, hidden_sizes: Sequence[int]):
         super().__init__()
         self.num_actions = spec.num_actions
         self.net = mlp(spec.obs_dim, list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values of every action, ``[B, num_actions]``."""
         return self.net(obs.flatten(1))
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
@@ -71,46 +76,42 @@ def epsilon_at(cfg: DQNConfig, frames: int, total_frames: int) -> float:
 
 
 class DQN(OffPolicyAlgorithm):
+    """DQN's trainer side: the Q-network and its target."""
+
     Config = DQNConfig
     header_values = ("random", "epsilon")
 
-    def __init__(self, cfg: DQNConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: DQNConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
-        self.q_net = pack_parameters_(self.make_policy(cfg, spec))
-        self.target = copy.deepcopy(self.q_net)
-        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.learning_rate)
+        self.target = copy.deepcopy(self.policy)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
 
     @classmethod
     def make_policy(cls, cfg: DQNConfig, spec: EnvSpec) -> QPolicy:
-        if not spec.discrete:
-            raise ValueError("algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones")
+        require_actions(spec, True, "algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones")
         return QPolicy(spec, cfg.hidden_sizes)
 
-    def published_models(self) -> dict[str, nn.Module]:
-        return {"policy": self.q_net}
-
     def checkpointed(self) -> dict[str, object]:
-        return {"q_net": self.q_net, "target": self.target, "optimizer": self.optimizer}
+        return {"policy": self.policy, "target": self.target, "optimizer": self.optimizer}
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {**super().values_for_header(frames), "epsilon": epsilon_at(self.cfg, frames, self.total_frames)}
 
     def td_target(self, batch: TensorDict) -> torch.Tensor:
+        """r + gamma * max_a Q'(s', a) (double DQN: Q' of the online network's argmax)."""
         with torch.no_grad():
             next_q = self.target.q(batch["next_obs"])
             if self.cfg.double_dqn:  # the online network chooses, the target network values
-                best = self.q_net.q(batch["next_obs"]).argmax(-1, keepdim=True)
+                best = self.policy.q(batch["next_obs"]).argmax(-1, keepdim=True)
                 next_value = next_q.gather(-1, best).squeeze(-1)
             else:
                 next_value = next_q.max(-1).values
             return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_value
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
-        q = self.q_net.q(batch["obs"]).gather(-1, batch["action"].long().unsqueeze(-1)).squeeze(-1)
+        q = self.policy.q(batch["obs"]).gather(-1, batch["action"].long().unsqueeze(-1)).squeeze(-1)
         loss = F.mse_loss(q, self.td_target(batch))
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        step(self.optimizer, loss)
         if self.gradient_steps % self.cfg.target_network_frequency == 0:
-            soft_update(self.target, self.q_net, self.cfg.tau)
+            soft_update(self.target, self.policy, self.cfg.tau)
         return {"train/td_loss": loss.item(), "train/q_values": q.mean().item()}

@@ -8,21 +8,20 @@ regression: dataset actions weighted by ``exp(beta * (Q - V))``, clipped.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Mapping
 
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed import ProcessGroup
 
-from harness.algos.base import Policy
-from harness.algos.nets import mlp
+from harness.algos.base import Policy, require_actions
+from harness.algos.critics import Critics, critic_metrics
+from harness.algos.nets import Bounds, mlp
 from harness.algos.offline import OfflineAlgorithm, OfflineConfig
-from harness.algos.offpolicy import soft_update
-from harness.algos.sac import Bounds, critic_step, q_network
+from harness.algos.optim import step
 from harness.collect.envs import EnvSpec
-from harness.packing import pack_parameters_
 
 EXP_ADV_MAX = 100.0  # the advantage weights' clip, as in the paper's code
 
@@ -63,72 +62,62 @@ class GaussianPolicy(Policy):
         self.bounds = Bounds(spec)
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
+        """The action distribution at ``obs``."""
         mean = torch.tanh(self.net(obs.flatten(1))) * self.bounds.scale + self.bounds.bias
         return torch.distributions.Normal(mean, self.log_std.clamp(-20.0, 2.0).exp(), validate_args=False)
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         dist = self.distribution(obs)
         action = dist.mean if deterministic else dist.sample()
-        low, high = self.bounds.bias - self.bounds.scale, self.bounds.bias + self.bounds.scale
-        return TensorDict(action=action.clamp(low, high), batch_size=obs.shape[:1])
+        return TensorDict(action=self.bounds.clamp(action), batch_size=obs.shape[:1])
 
 
 class IQL(OfflineAlgorithm):
+    """IQL's trainer side: twin critics, value function, actor."""
+
     Config = IQLConfig
 
-    def __init__(self, cfg: IQLConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: IQLConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
-        self.actor = pack_parameters_(self.make_policy(cfg, spec))
-        self.q1, self.q2 = q_network(spec, cfg.hidden), q_network(spec, cfg.hidden)
-        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
+        self.critics = Critics(spec, cfg.hidden)
         self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU)
-        self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.critic_lr)
+        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.critic_lr)
         self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.critic_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.actor_lr)
 
     @classmethod
     def make_policy(cls, cfg: IQLConfig, spec: EnvSpec) -> GaussianPolicy:
-        if spec.discrete:
-            raise ValueError("algo=iql is built for continuous actions; use algo=cql for discrete ones")
+        require_actions(spec, False, "algo=iql is built for continuous actions; use algo=cql for discrete ones")
         return GaussianPolicy(spec, cfg.hidden)
 
-    def published_models(self) -> dict[str, nn.Module]:
-        return {"policy": self.actor}
-
     def checkpointed(self) -> dict[str, object]:
-        return {"actor": self.actor, "q1": self.q1, "q2": self.q2, "q1_target": self.q1_target, "q2_target": self.q2_target,
-                "value": self.value, "q_optimizer": self.q_optimizer, "value_optimizer": self.value_optimizer,
-                "actor_optimizer": self.actor_optimizer}
+        return {"policy": self.policy, "critics": self.critics, "value": self.value, "q_optimizer": self.q_optimizer,
+                "value_optimizer": self.value_optimizer, "actor_optimizer": self.actor_optimizer}
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
         cfg = self.cfg
         obs = batch["obs"].flatten(1)
-        q_input = torch.cat([obs, batch["action"]], -1)
-        with torch.no_grad():
-            target_q = torch.min(self.q1_target(q_input), self.q2_target(q_input)).squeeze(-1)
+        target_q = self.critics.targets(obs, batch["action"]).min(0).values
 
         # V towards the upper expectile of Q over the dataset's actions.
         advantage = target_q - self.value(obs).squeeze(-1)
         value_loss = expectile_loss(advantage, cfg.expectile)
-        self.value_optimizer.zero_grad()
-        value_loss.backward()
-        self.value_optimizer.step()
+        step(self.value_optimizer, value_loss)
 
         # Critics towards r + gamma * V(s'): no action outside the dataset is ever valued.
         with torch.no_grad():
             next_v = self.value(batch["next_obs"].flatten(1)).squeeze(-1)
             target = batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_v
-        metrics = critic_step(self.q1, self.q2, self.q_optimizer, batch, target)
+        q = self.critics(obs, batch["action"])  # [2, B]
+        q_loss = (q - target).pow(2).mean(1).sum()  # each critic's mean squared TD error
+        step(self.q_optimizer, q_loss)
 
         # Advantage-weighted regression onto the dataset's actions.
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=EXP_ADV_MAX)
-        log_prob = self.actor.distribution(obs).log_prob(batch["action"]).sum(-1)
+        log_prob = self.policy.distribution(obs).log_prob(batch["action"]).sum(-1)
         actor_loss = -(weights * log_prob).mean()
-        self.actor_optimizer.zero_grad()
-        actor_loss.backward()
-        self.actor_optimizer.step()
+        step(self.actor_optimizer, actor_loss)
 
-        soft_update(self.q1_target, self.q1, cfg.tau)
-        soft_update(self.q2_target, self.q2, cfg.tau)
-        return {**metrics, "train/value_loss": value_loss.item(), "train/actor_loss": actor_loss.item(),
+        self.critics.update_targets(cfg.tau)
+        return {**critic_metrics(q, q_loss), "train/value_loss": value_loss.item(), "train/actor_loss": actor_loss.item(),
                 "train/advantage": advantage.mean().item(), "train/adv_weight": weights.mean().item()}

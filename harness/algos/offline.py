@@ -13,9 +13,11 @@ import abc
 from dataclasses import dataclass
 
 import torch
+from torch.distributed import ProcessGroup
 from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm
+from harness.collect.envs import EnvSpec
 
 
 @dataclass
@@ -32,12 +34,13 @@ class OfflineConfig(AlgoConfig):
 
 
 class OfflineAlgorithm(Algorithm):
+    """An algorithm that learns from ``use_dataset``'s transitions, one ``learn`` per ``update``."""
+
     offline = True
 
-    def __init__(self, cfg: OfflineConfig, spec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: OfflineConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
         self.data: TensorDict | None = None
-        self.steps = 0  # gradient steps taken by this process
 
     def use_dataset(self, data: TensorDict) -> None:
         """The transitions to learn from (memory-mapped is fine: only samples are read)."""
@@ -46,7 +49,7 @@ class OfflineAlgorithm(Algorithm):
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
         """One gradient step on a uniform sample of the dataset (collectors'
         messages carry evaluations, not frames)."""
-        self.steps += 1
+        self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
         return self.learn(self.data[index])
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-import torch
 from tensordict import TensorDict
+from torch.distributed import ProcessGroup
 
 from harness.algos.base import AlgoConfig, Algorithm
 from harness.algos.replay import ReplayBuffer
@@ -34,20 +34,22 @@ class OffPolicyConfig(AlgoConfig):
 
 
 class OffPolicyAlgorithm(Algorithm):
+    """An algorithm that learns from a replay of collectors' frames, ``learn`` per gradient step."""
+
     needs_next_obs = True
     header_values = ("random",)  # 1 while collectors should act at random
 
-    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
-        self.gradient_steps = 0
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
 
     @staticmethod
     def transitions(batch: TensorDict) -> TensorDict:
+        """A collector's batch as flat transitions ``[T * N]``."""
         rollout = batch["rollout"]
         return rollout.select("obs", "action", "reward", "next_obs", "terminated").reshape(-1)
 
@@ -69,19 +71,13 @@ class OffPolicyAlgorithm(Algorithm):
 
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""
-        return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "steps": self.gradient_steps}
+        return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
 
     def load_replay_state(self, state: dict) -> None:
         self.buffer = ReplayBuffer.from_state(state, self.cfg.buffer_size, self.cfg.memmap_dir or None)
-        self.owed, self.gradient_steps = state["owed"], state["steps"]
+        self.owed, self.gradient_steps = state["owed"], state["gradient_steps"]
 
     @abc.abstractmethod
     def learn(self, batch: TensorDict) -> dict[str, float]:
         """One gradient step on ``batch``; returns ``train/...`` metrics."""
 
-
-def soft_update(target: torch.nn.Module, source: torch.nn.Module, tau: float) -> None:
-    """Polyak averaging: ``target <- tau * source + (1 - tau) * target``."""
-    with torch.no_grad():
-        for t, s in zip(target.parameters(), source.parameters()):
-            t.lerp_(s, tau)

@@ -16,12 +16,12 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 from torch.distributions import Categorical, Normal
+from torch.distributed import ProcessGroup
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy
 from harness.algos.gae import gae
 from harness.algos.nets import mlp
 from harness.collect.envs import EnvSpec
-from harness.packing import pack_parameters_
 
 
 @dataclass
@@ -125,23 +125,21 @@ class PPOLoss(nn.Module):
 
 
 class PPO(Algorithm):
+    """PPO's trainer side: actor and critic in one loss module, one optimiser."""
+
     Config = PPOConfig
     data_parallel_trainers = True
 
-    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
-        self.actor = pack_parameters_(self.make_policy(cfg, spec))  # before the optimizer: publishing is one copy
         critic = mlp(spec.obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
-        self.loss = PPOLoss(self.actor, critic, cfg, len(spec.obs_shape))
+        self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
         return PPOPolicy(spec, cfg.hidden_sizes)
-
-    def published_models(self) -> dict[str, nn.Module]:
-        return {"policy": self.actor}
 
     def checkpointed(self) -> dict[str, object]:
         return {"loss": self.loss, "optimizer": self.optimizer}  # the loss module holds actor and critic

@@ -14,6 +14,8 @@ from tensordict import TensorDict
 
 
 class ReplayBuffer:
+    """Fixed-capacity transitions, oldest overwritten first, sampled uniformly."""
+
     def __init__(self, capacity: int, transition: TensorDict, memmap_dir: str | Path | None = None):
         """``transition``: one example transition (batch size ``[]``): its keys,
         shapes and dtypes define the storage."""
@@ -44,10 +46,12 @@ class ReplayBuffer:
         return self.storage[torch.randint(0, self.size, (batch_size,), generator=generator)]
 
     def state_dict(self) -> dict:
+        """The stored transitions and the write position."""
         return {"storage": self.storage[: self.size].to_dict(), "cursor": self.cursor, "size": self.size}
 
     @classmethod
     def from_state(cls, state: dict, capacity: int, memmap_dir: str | Path | None = None) -> "ReplayBuffer":
+        """A buffer holding ``state`` (``state_dict``'s), of ``capacity``."""
         stored = TensorDict(state["storage"], batch_size=[state["size"]])
         buffer = cls(capacity, stored[0], memmap_dir)
         buffer.storage[: state["size"]] = stored

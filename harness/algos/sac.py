@@ -7,7 +7,6 @@ steps) and automatic entropy tuning towards ``-action_dims``.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -15,12 +14,14 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed import ProcessGroup
 
-from harness.algos.base import Policy
-from harness.algos.nets import mlp
-from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
+from harness.algos.base import Policy, require_actions
+from harness.algos.critics import Critics, critic_metrics
+from harness.algos.nets import Bounds, LogScalar, mlp
+from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from harness.algos.optim import step
 from harness.collect.envs import EnvSpec
-from harness.packing import pack_parameters_
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -39,35 +40,9 @@ class SACConfig(OffPolicyConfig):
     hidden: int = 256  # width of the two hidden layers
 
 
-def q_network(spec: EnvSpec, hidden: int) -> nn.Module:
-    return mlp(spec.obs_dim + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
-
-
-def critic_step(q1: nn.Module, q2: nn.Module, optimizer: torch.optim.Optimizer, batch: TensorDict, target: torch.Tensor) -> dict[str, float]:
-    """One step of both critics towards ``target`` (shared by SAC and TD3)."""
-    q_input = torch.cat([batch["obs"].flatten(1), batch["action"]], -1)
-    q1_value, q2_value = q1(q_input).squeeze(-1), q2(q_input).squeeze(-1)
-    q_loss = F.mse_loss(q1_value, target) + F.mse_loss(q2_value, target)
-    optimizer.zero_grad()
-    q_loss.backward()
-    optimizer.step()
-    return {"train/q_loss": q_loss.item(), "train/q1": q1_value.mean().item(), "train/q2": q2_value.mean().item()}
-
-
-class Bounds(nn.Module):
-    """The action box as buffers: ``low + (tanh(u) + 1) / 2 * (high - low)``."""
-
-    def __init__(self, spec: EnvSpec):
-        super().__init__()
-        low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
-        self.register_buffer("scale", (high - low) / 2)
-        self.register_buffer("bias", (high + low) / 2)
-
-    def random(self, n: int) -> torch.Tensor:
-        return self.bias + self.scale * (2 * torch.rand(n, self.scale.numel()) - 1)
-
-
 class SACPolicy(Policy):
+    """The tanh-squashed Gaussian actor (also CQL's)."""
+
     def __init__(self, spec: EnvSpec, hidden: int):
         super().__init__()
         self.trunk = mlp(spec.obs_dim, [hidden], hidden, activation=nn.ReLU)
@@ -96,80 +71,56 @@ class SACPolicy(Policy):
 
 
 class SAC(OffPolicyAlgorithm):
+    """SAC's trainer side: actor, twin critics, entropy weight."""
+
     Config = SACConfig
 
-    def __init__(self, cfg: SACConfig, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: SACConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
-        self.actor = pack_parameters_(self.make_policy(cfg, spec))
-        self.q1, self.q2 = q_network(spec, cfg.hidden), q_network(spec, cfg.hidden)
-        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
-        self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.q_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
+        self.critics = Critics(spec, cfg.hidden)
+        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.q_lr)
+        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
         self.target_entropy = -float(spec.num_actions)
-        self.log_alpha = torch.zeros(1, requires_grad=True)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr)
+        self.log_alpha = LogScalar(1.0)
+        self.alpha_optimizer = torch.optim.Adam(self.log_alpha.parameters(), lr=cfg.q_lr)
 
     @classmethod
     def make_policy(cls, cfg: SACConfig, spec: EnvSpec) -> SACPolicy:
-        if spec.discrete:
-            raise ValueError("algo=sac needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
+        require_actions(spec, False, "algo=sac needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
         return SACPolicy(spec, cfg.hidden)
-
-    def published_models(self) -> dict[str, nn.Module]:
-        return {"policy": self.actor}
 
     @property
     def alpha(self) -> torch.Tensor:
-        return self.log_alpha.exp().detach() if self.cfg.autotune else torch.tensor(self.cfg.alpha)
+        return self.log_alpha().detach() if self.cfg.autotune else torch.tensor(self.cfg.alpha)
 
     def checkpointed(self) -> dict[str, object]:
-        return {"actor": self.actor, "q1": self.q1, "q2": self.q2, "q1_target": self.q1_target, "q2_target": self.q2_target,
-                "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer,
-                "log_alpha": _TensorState(self.log_alpha)}
+        return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha,
+                "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer}
 
     def q_target(self, batch: TensorDict) -> torch.Tensor:
         """r + gamma * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap past termination."""
         with torch.no_grad():
-            next_action, next_log_prob, _ = self.actor.sample(batch["next_obs"])
-            next_input = torch.cat([batch["next_obs"].flatten(1), next_action], -1)
-            next_q = torch.min(self.q1_target(next_input), self.q2_target(next_input)).squeeze(-1) - self.alpha * next_log_prob
+            next_action, next_log_prob, _ = self.policy.sample(batch["next_obs"])
+            next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values - self.alpha * next_log_prob
             return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
         cfg = self.cfg
-        metrics = critic_step(self.q1, self.q2, self.q_optimizer, batch, self.q_target(batch))
+        q = self.critics(batch["obs"], batch["action"])  # [2, B]
+        q_loss = (q - self.q_target(batch)).pow(2).mean(1).sum()  # each critic's mean squared TD error
+        step(self.q_optimizer, q_loss)
+        metrics = critic_metrics(q, q_loss)
 
         if self.gradient_steps % cfg.policy_frequency == 0:  # delayed, then as many steps as were skipped
             for _ in range(cfg.policy_frequency):
-                action, log_prob, _ = self.actor.sample(batch["obs"])
-                q_pi_input = torch.cat([batch["obs"].flatten(1), action], -1)
-                q_pi = torch.min(self.q1(q_pi_input), self.q2(q_pi_input)).squeeze(-1)
+                action, log_prob, _ = self.policy.sample(batch["obs"])
+                q_pi = self.critics(batch["obs"], action).min(0).values
                 actor_loss = (self.alpha * log_prob - q_pi).mean()
-                self.actor_optimizer.zero_grad()
-                actor_loss.backward()
-                self.actor_optimizer.step()
+                step(self.actor_optimizer, actor_loss)
                 if cfg.autotune:
                     with torch.no_grad():
-                        _, log_prob, _ = self.actor.sample(batch["obs"])
-                    alpha_loss = (-self.log_alpha.exp() * (log_prob + self.target_entropy)).mean()
-                    self.alpha_optimizer.zero_grad()
-                    alpha_loss.backward()
-                    self.alpha_optimizer.step()
+                        _, log_prob, _ = self.policy.sample(batch["obs"])
+                    step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean())
             metrics.update({"train/actor_loss": actor_loss.item(), "train/alpha": self.alpha.item(), "train/entropy": -log_prob.mean().item()})
-        soft_update(self.q1_target, self.q1, cfg.tau)
-        soft_update(self.q2_target, self.q2, cfg.tau)
+        self.critics.update_targets(cfg.tau)
         return metrics
-
-
-class _TensorState:
-    """A lone tensor (alpha's logarithm) as something with a state_dict."""
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
-
-    def state_dict(self) -> dict:
-        return {"value": self.tensor.detach().clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        with torch.no_grad():
-            self.tensor.copy_(state["value"])

@@ -15,13 +15,14 @@ from typing import Mapping
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed import ProcessGroup
 
-from harness.algos.base import Policy
-from harness.algos.nets import mlp
-from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, soft_update
-from harness.algos.sac import Bounds, critic_step, q_network
+from harness.algos.base import Policy, require_actions
+from harness.algos.critics import Critics, critic_metrics, soft_update
+from harness.algos.nets import Bounds, mlp
+from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from harness.algos.optim import step
 from harness.collect.envs import EnvSpec
-from harness.packing import pack_parameters_
 
 
 @dataclass
@@ -39,6 +40,8 @@ class TD3Config(OffPolicyConfig):
 
 
 class TD3Policy(Policy):
+    """A deterministic actor squashed into the action box, with Gaussian exploration noise."""
+
     def __init__(self, spec: EnvSpec, hidden: int, exploration_noise: float):
         super().__init__()
         self.net = mlp(spec.obs_dim, [hidden, hidden], spec.num_actions, activation=nn.ReLU)
@@ -46,6 +49,7 @@ class TD3Policy(Policy):
         self.exploration_noise = exploration_noise
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's action, without exploration noise."""
         return torch.tanh(self.net(obs.flatten(1))) * self.bounds.scale + self.bounds.bias
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
@@ -58,50 +62,44 @@ class TD3Policy(Policy):
 
 
 class TD3(OffPolicyAlgorithm):
+    """TD3's trainer side: actor and its target, twin critics."""
+
     Config = TD3Config
 
-    def __init__(self, cfg: TD3Config, spec: EnvSpec, total_frames: int, ddp_group=None):
+    def __init__(self, cfg: TD3Config, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
         super().__init__(cfg, spec, total_frames, ddp_group)
-        self.actor = pack_parameters_(self.make_policy(cfg, spec))
-        self.actor_target = copy.deepcopy(self.actor)
-        self.q1, self.q2 = q_network(spec, cfg.hidden), q_network(spec, cfg.hidden)
-        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
-        self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.learning_rate)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.learning_rate)
+        self.policy_target = copy.deepcopy(self.policy)
+        self.critics = Critics(spec, cfg.hidden)
+        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.learning_rate)
+        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
 
     @classmethod
     def make_policy(cls, cfg: TD3Config, spec: EnvSpec) -> TD3Policy:
-        if spec.discrete:
-            raise ValueError("algo=td3 needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
+        require_actions(spec, False, "algo=td3 needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
         return TD3Policy(spec, cfg.hidden, cfg.exploration_noise)
 
-    def published_models(self) -> dict[str, nn.Module]:
-        return {"policy": self.actor}
-
     def checkpointed(self) -> dict[str, object]:
-        return {"actor": self.actor, "actor_target": self.actor_target, "q1": self.q1, "q2": self.q2,
-                "q1_target": self.q1_target, "q2_target": self.q2_target,
+        return {"policy": self.policy, "policy_target": self.policy_target, "critics": self.critics,
                 "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer}
 
     def q_target(self, batch: TensorDict) -> torch.Tensor:
         """r + gamma * min_i Q_i'(s', pi'(s') + clip(noise)), clipped to the action box."""
-        cfg, bounds = self.cfg, self.actor.bounds
+        cfg, bounds = self.cfg, self.policy.bounds
         with torch.no_grad():
             noise = (torch.randn_like(batch["action"]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip) * bounds.scale
-            next_action = self.actor_target.deterministic(batch["next_obs"]) + noise
-            next_action = torch.max(torch.min(next_action, bounds.bias + bounds.scale), bounds.bias - bounds.scale)
-            next_input = torch.cat([batch["next_obs"].flatten(1), next_action], -1)
-            next_q = torch.min(self.q1_target(next_input), self.q2_target(next_input)).squeeze(-1)
+            next_action = bounds.clamp(self.policy_target.deterministic(batch["next_obs"]) + noise)
+            next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values
             return batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_q
 
     def learn(self, batch: TensorDict) -> dict[str, float]:
-        metrics = critic_step(self.q1, self.q2, self.q_optimizer, batch, self.q_target(batch))
+        q = self.critics(batch["obs"], batch["action"])  # [2, B]
+        q_loss = (q - self.q_target(batch)).pow(2).mean(1).sum()  # each critic's mean squared TD error
+        step(self.q_optimizer, q_loss)
+        metrics = critic_metrics(q, q_loss)
         if self.gradient_steps % self.cfg.policy_frequency == 0:  # delayed actor and target updates
-            actor_loss = -self.q1(torch.cat([batch["obs"].flatten(1), self.actor.deterministic(batch["obs"])], -1)).mean()
-            self.actor_optimizer.zero_grad()
-            actor_loss.backward()
-            self.actor_optimizer.step()
-            for target_net, net in ((self.actor_target, self.actor), (self.q1_target, self.q1), (self.q2_target, self.q2)):
-                soft_update(target_net, net, self.cfg.tau)
+            actor_loss = -self.critics(batch["obs"], self.policy.deterministic(batch["obs"]), members=1).mean()  # Q_1 only
+            step(self.actor_optimizer, actor_loss)
+            soft_update(self.policy_target, self.policy, self.cfg.tau)
+            self.critics.update_targets(self.cfg.tau)
             metrics["train/actor_loss"] = actor_loss.item()
         return metrics

@@ -1,0 +1,44 @@
+"""What both forms of Conservative Q-Learning share: the config of
+``algo=cql`` and the conservative penalty (Kumar et al. 2020, CQL(H)).
+
+Continuous actions: harness/algos/cql.py; discrete: harness/algos/cql_discrete.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.algos.offline import OfflineConfig
+
+
+@dataclass
+class CQLConfig(OfflineConfig):
+    """Defaults follow CORL's ``cql.py`` for D4RL locomotion, where they apply."""
+
+    name: str = "cql"
+    cql_alpha: float = 5.0  # weight of the conservative penalty
+    n_actions: int = 10  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
+    temperature: float = 1.0  # of the soft maximum
+    lagrange: bool = False  # continuous: tune the penalty's weight towards target_action_gap
+    target_action_gap: float = 10.0  # with lagrange: the wanted soft-max(Q) - Q(data) gap
+    actor_lr: float = 1e-4  # continuous: actor's and entropy weight's Adam learning rate
+    critic_lr: float = 3e-4  # critics' (and the Lagrange weight's) Adam learning rate
+    tau: float = 0.005  # target critics' smoothing coefficient (discrete: 1 copies)
+    target_update_every: int = 1  # gradient steps between target updates
+    hidden: int = 256  # width of every network's two hidden layers
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cql_alpha < 0 or self.n_actions < 1 or self.temperature <= 0 or self.target_update_every < 1:
+            raise ValueError("algo.cql_alpha >= 0, n_actions >= 1, temperature > 0 and target_update_every >= 1 are required")
+
+
+def cql_penalty(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``mean(T * logsumexp((Q(s, a_i) - log p(a_i)) / T, i) - Q(s, a_data))``:
+    a soft maximum of Q over sampled actions ``[..., B, N]`` (importance-weighted
+    by the density they were drawn with) minus Q on the dataset's actions ``[..., B]``;
+    the mean runs over the last dimension (leading ones, such as critics, are kept)."""
+    soft_max = temperature * torch.logsumexp((q_sampled - log_density) / temperature, dim=-1)
+    return (soft_max - q_data).mean(-1)
