@@ -53,7 +53,8 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
         state, meta, where = found
     if meta["env"] != env_id:
         raise ValueError(f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match")
-    algo = ALGOS[name](algo_cfg, env_spec(env_id), run_cfg.collector.total_frames)
+    spec = env_spec(env_id)
+    algo = ALGOS[name].for_spec(spec)(algo_cfg, spec, run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
     policy = algo.published_models()["policy"]
     policy.eval()

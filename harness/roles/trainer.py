@@ -45,7 +45,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
         self.ddp_group = groups.trainers if groups is not None else None
-        self.algo: Algorithm = ALGOS[cfg.algo.name](cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
+        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
         self.offline = self.algo.offline
         self.unit = "gradient_steps" if self.offline else "frames"
         self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
@@ -116,6 +116,8 @@ class Trainer:
         updates: checkpoint when due or when asked to stop."""
         self.progress.frames += frames
         self.progress.updates += 1
+        if self.logger is not None:
+            self.logger.tick(self.step)
         asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
         if self.ddp_group is not None:  # every trainer must agree to checkpoint together
             flag = torch.tensor([float(asked)])
@@ -130,7 +132,9 @@ class Trainer:
         if asked and not self.done:
             self.preempted = True
             if self.layout.rank == 0:
-                log.warning("preempted at %s %d: checkpoint written; the same command resumes", self.unit, self.step)
+                why = "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
+                log.warning("%s at %s %d: checkpoint written. Resume: the same command with run_dir=%s",
+                            why, self.unit, self.step, self.run_dir)
 
     def publish(self, stop: bool = False) -> float:
         """Send the current weights as ``progress.version``; returns milliseconds."""
