@@ -1,108 +1,183 @@
-"""Time per gradient update of each algorithm, and replay-buffer throughput.
+"""Time per gradient update of each algorithm against two yardsticks, and replay throughput.
 
-    python benchmarks/update.py --json bench-update.json
+    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--only sac td3]
 
-Updates: CleanRL's (offline: CORL's) network sizes, batch 256 (PPO: one
-minibatch step of 256), on Pendulum-v1 (SAC, TD3, IQL, CQL) and CartPole-v1
-(PPO, DQN, discrete CQL) shapes; medians. CQL is timed with CORL's 10 sampled
-actions per kind and with the 4 of the cql_pendulum preset.
-Offline sampling: 256 transitions from a memory-mapped 1M-transition dataset
-(Hopper-sized) against the same sample from RAM.
-Replay: ``extend`` of 1,000-transition batches and ``sample`` of 256, with
-HalfCheetah-sized transitions, at 100k and 1M capacity, in transitions/s;
-the reference is a plain ``torch.randint`` + index of the same storage.
+Measured in the same run, in interleaved rounds (a shared machine's load falls
+on all alike), medians: ``update/<algo>``, the harness's step (``algo.learn``
+on a fixed batch); ``reference/<algo>``, the same step as a single-file
+implementation (CleanRL's, offline CORL's) writes it, in reference_steps.py:
+separate critic modules, ``.item()`` after each step, default Adam, a
+Python-loop Polyak update;
+``limit/<algo>``, the harness step's matrix multiplications alone (backward's
+too) as raw ``torch.mm`` calls of the same shapes, the floor this machine
+allows. SAC and TD3 time pairs of steps (their actor updates every second one),
+reported per step. ``--compile`` adds ``update/<algo>/compiled`` (``compile_s``:
+the first call). CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
+Pendulum-v1 (SAC, TD3, IQL, CQL with 10 and 4 sampled actions) and CartPole-v1
+(DQN, PPO, discrete CQL) shapes. Replay: ``extend`` of 1,000 and ``sample`` of
+256 HalfCheetah-sized transitions at 100k and 1M capacity (reference: a plain
+index of one field); offline: 256 from a memory-mapped 1M dataset (reference: from RAM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
+from typing import Callable
 
 import torch
 from tensordict import TensorDict
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.algos.cql import CQL, CQLConfig, DiscreteCQL
-from harness.algos.dqn import DQN, DQNConfig
-from harness.algos.iql import IQL, IQLConfig
-from harness.algos.ppo import PPO, PPOConfig
+from harness.algos import ALGOS
+from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
-from harness.algos.sac import SAC, SACConfig
-from harness.algos.td3 import TD3, TD3Config
-from harness.collect.envs import env_spec
+from harness.collect.envs import EnvSpec, env_spec
 from harness.data import dataset
+from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/
+
+Step = Callable[[], object]
+aten = torch.ops.aten
 
 
-def timed(fn, repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def timed(fns: dict[str, Step], repeats: int, sync: Callable[[], None]) -> dict[str, float]:
+    """Median seconds of each of ``fns``, run in turn in every round (after one warm-up round)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(repeats + 1):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            if round_:
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def offpolicy_batch(obs_dim: int, action: torch.Tensor, n: int = 256) -> TensorDict:
+class MatmulShapes(TorchDispatchMode):
+    """Records ``(m, k, n)`` of every matrix multiplication that runs (backward's too); a batched one counts per matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = func.overloadpacket
+        if op in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
+            a, b = args[-2:] if op in (aten.mm, aten.bmm) else args[1:3]
+            self.shapes += [(a.shape[-2], a.shape[-1], b.shape[-1])] * (a.shape[0] if a.dim() == 3 else 1)
+        return func(*args, **(kwargs or {}))
+
+
+def limit_of(step: Step, device: str) -> Step:
+    """The matrix multiplications ``step`` runs, as raw ``torch.mm`` calls on operands made beforehand."""
+    with MatmulShapes() as seen:
+        step()
+    operands = [(torch.randn(m, k, device=device), torch.randn(k, n, device=device)) for m, k, n in seen.shapes]
+    return lambda: [torch.mm(a, b) for a, b in operands]
+
+
+def batch(obs_dim: int, action: torch.Tensor, device: str, n: int = 256) -> TensorDict:
     return TensorDict(obs=torch.randn(n, obs_dim), next_obs=torch.randn(n, obs_dim), reward=torch.randn(n),
-                      terminated=torch.zeros(n, dtype=torch.bool), action=action, batch_size=[n])
+                      terminated=torch.zeros(n, dtype=torch.bool), action=action, batch_size=[n]).to(device)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json")
-    parser.add_argument("--repeats", type=int, default=50)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    rows = []
+def learner(name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, **fields) -> Step:
+    """``steps`` gradient steps of ``algo=name`` on ``data``; PPO: one minibatch step."""
+    cls = ALGOS[name].for_spec(spec)
+    algo = cls(cls.Config(compile=compiled, **fields), spec, 10**6, device=device)
+    if name == "ppo":
+        return lambda: step(algo.optimizer, algo.losses(data)["loss"])
+
+    def learn() -> None:
+        for _ in range(steps):
+            algo.gradient_steps += 1
+            algo.learn(data)
+    return learn
+
+
+def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, Callable[[TensorDict, str], Step] | None]]:
+    """(case, algo, env, batch, steps per timing, config fields, reference)."""
     pendulum, cartpole = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
-    for name, algo, data in (
-        ("sac", SAC(SACConfig(), pendulum, 10**6), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("td3", TD3(TD3Config(), pendulum, 10**6), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("dqn", DQN(DQNConfig(), cartpole, 10**6), offpolicy_batch(4, torch.randint(0, 2, (256,)))),
-        ("iql", IQL(IQLConfig(), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("cql", CQL(CQLConfig(), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("cql_4_actions", CQL(CQLConfig(n_actions=4), pendulum, 0), offpolicy_batch(3, torch.rand(256, 1) * 4 - 2)),
-        ("cql_discrete", DiscreteCQL(CQLConfig(), cartpole, 0), offpolicy_batch(4, torch.randint(0, 2, (256,)))),
-    ):
-        seconds = timed(lambda: algo.learn(data), args.repeats)
-        rows.append({"case": f"update/{name}", "ms": 1000 * seconds})
-    ppo = PPO(PPOConfig(), cartpole, 10**6)
-    mb = TensorDict(obs=torch.randn(256, 4), action=torch.randint(0, 2, (256,)), logprob=torch.full((256,), -0.69),
-                    advantage=torch.randn(256), value=torch.randn(256), batch_size=[256]).set("return", torch.randn(256))
+    box, choice = (lambda: torch.rand(256, 1) * 4 - 2), (lambda: torch.randint(0, 2, (256,)))
+    ppo = TensorDict(obs=torch.randn(256, 4), action=choice(), logprob=torch.full((256,), -0.69), advantage=torch.randn(256),
+                     value=torch.randn(256), batch_size=[256]).set("return", torch.randn(256)).to(device)
+    return [("sac", "sac", pendulum, batch(3, box(), device), 2, {}, reference_sac),
+            ("td3", "td3", pendulum, batch(3, box(), device), 2, {}, reference_td3),
+            ("dqn", "dqn", cartpole, batch(4, choice(), device), 1, {}, reference_dqn),
+            ("iql", "iql", pendulum, batch(3, box(), device), 1, {}, reference_iql),
+            ("cql", "cql", pendulum, batch(3, box(), device), 1, {}, lambda d, dev: reference_cql(d, dev, 10)),
+            ("cql_4_actions", "cql", pendulum, batch(3, box(), device), 1, {"n_actions": 4}, lambda d, dev: reference_cql(d, dev, 4)),
+            ("cql_discrete", "cql", cartpole, batch(4, choice(), device), 1, {}, None),
+            ("ppo", "ppo", cartpole, ppo, 1, {}, None)]
 
-    def ppo_step():
-        out = ppo.learner(mb)
-        ppo.optimizer.zero_grad()
-        out["loss"].backward()
-        ppo.optimizer.step()
 
-    rows.append({"case": "update/ppo", "ms": 1000 * timed(ppo_step, args.repeats)})
-    transition = TensorDict(obs=torch.zeros(17), next_obs=torch.zeros(17), action=torch.zeros(6), reward=torch.zeros(()),
-                            terminated=torch.zeros((), dtype=torch.bool))
+def update_rows(device: str, repeats: int, compiled: bool, only: list[str]) -> list[dict]:
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    rows = []
+    for case, name, spec, data, steps, fields, reference in cases(device):
+        if only and case not in only:
+            continue
+        update = learner(name, spec, data, steps, device, False, **fields)
+        fns = {"update": update, "limit": limit_of(update, device)}
+        if reference is not None:
+            one = reference(data, device)
+            fns["reference"] = lambda: [one() for _ in range(steps)]
+        if compiled:  # the first call compiles (a cold cache: see main)
+            fns["compiled"], start = learner(name, spec, data, steps, device, True, **fields), time.perf_counter()
+            fns["compiled"]()
+            sync()
+            compile_s = time.perf_counter() - start
+        seconds = timed(fns, repeats, sync)
+        for kind in fns:
+            row = {"case": f"{kind}/{case}" if kind != "compiled" else f"update/{case}/compiled", "ms": 1000 * seconds[kind] / steps}
+            rows.append({**row, "compile_s": compile_s} if kind == "compiled" else row)
+            print(rows[-1], flush=True)
+    return rows
+
+
+def storage_rows(repeats: int) -> list[dict]:
+    def rate(n: int, fn: Step) -> float:
+        return n / timed({"fn": fn}, repeats, lambda: None)["fn"]
+
+    rows, transition = [], TensorDict(obs=torch.zeros(17), next_obs=torch.zeros(17), action=torch.zeros(6), reward=torch.zeros(()),
+                                      terminated=torch.zeros((), dtype=torch.bool))
     for capacity in (100_000, 1_000_000):
-        buffer = ReplayBuffer(capacity, transition)
-        chunk = transition.expand(1000).clone()
-        extend = timed(lambda: buffer.extend(chunk), args.repeats)
-        sample = timed(lambda: buffer.sample(256), args.repeats)
-        raw = timed(lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))], args.repeats)
-        rows += [{"case": f"replay/extend/{capacity}", "transitions_per_s": 1000 / extend},
-                 {"case": f"replay/sample/{capacity}", "transitions_per_s": 256 / sample},
-                 {"case": f"reference/index_one_field/{capacity}", "transitions_per_s": 256 / raw}]
+        buffer, chunk = ReplayBuffer(capacity, transition), transition.expand(1000).clone()
+        rows += [{"case": f"replay/extend/{capacity}", "transitions_per_s": rate(1000, lambda: buffer.extend(chunk))},
+                 {"case": f"replay/sample/{capacity}", "transitions_per_s": rate(256, lambda: buffer.sample(256))},
+                 {"case": f"reference/index_one_field/{capacity}",
+                  "transitions_per_s": rate(256, lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))])}]
     with tempfile.TemporaryDirectory() as tmp:
         n = 1_000_000
         data = TensorDict(obs=torch.randn(n, 11), next_obs=torch.randn(n, 11), action=torch.randn(n, 3), reward=torch.randn(n),
                           terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
         dataset.save(tmp, data, dataset.Meta(env="Hopper-v5", transitions=n, episodes=0, behaviour_return=0.0))
         mapped, _ = dataset.load(tmp)
-        memmap = timed(lambda: mapped[torch.randint(0, n, (256,))], args.repeats)
-        ram = timed(lambda: data[torch.randint(0, n, (256,))], args.repeats)
-        rows += [{"case": "dataset/sample/memmap/1000000", "transitions_per_s": 256 / memmap},
-                 {"case": "reference/dataset/sample/ram/1000000", "transitions_per_s": 256 / ram}]
-    for r in rows:
-        print(r, flush=True)
+        rows += [{"case": "dataset/sample/memmap/1000000", "transitions_per_s": rate(256, lambda: mapped[torch.randint(0, n, (256,))])},
+                 {"case": "reference/dataset/sample/ram/1000000", "transitions_per_s": rate(256, lambda: data[torch.randint(0, n, (256,))])}]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--repeats", type=int, default=30, help="timed rounds per case")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--compile", action="store_true", help="also time each step with algo.compile=true")
+    parser.add_argument("--only", nargs="*", default=[], help="only these update cases (sac, td3, ...); no replay rows")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.compile:  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+    rows = update_rows(args.device, args.repeats, args.compile, args.only)
+    if not args.only:
+        rows += storage_rows(args.repeats)
+        print(*rows[-8:], sep="\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

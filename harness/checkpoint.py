@@ -7,11 +7,14 @@ is written under a temporary name and renamed when complete, so a crash never
 leaves a half-written ``step-*``; the newest ``checkpoint.keep`` are kept.
 
 Loading uses ``torch.load(weights_only=True)``: a checkpoint holds tensors and
-plain values only, and nothing in one can run code.
+plain values only, and nothing in one can run code. ``meta.json`` records the
+SHA-256 of ``state.pt``; a file whose bytes changed is treated as corrupt. A
+checkpoint is never written from weights that are not finite.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +35,7 @@ class CheckpointConfig:
     every_frames: int = 100_000  # write one each time this many more frames were learned from; 0: only at the end
     keep: int = 3  # newest checkpoints kept; older ones are deleted
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
+    start_over: bool = False  # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
     replay_buffer: bool = False  # off-policy: keep the replay buffer in checkpoints (large: algo.buffer_size transitions)
 
     def __post_init__(self) -> None:
@@ -43,12 +47,44 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint from another algorithm or env."""
 
 
+class CheckpointError(RuntimeError):
+    """Checkpoints that cannot be written (non-finite weights) or none of which can be read."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def non_finite(state: object, prefix: str = "") -> list[str]:
+    """The keys of floating-point tensors in ``state`` (nested dicts and lists)
+    that hold a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        return [prefix] if state.is_floating_point() and not bool(torch.isfinite(state).all()) else []
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    return [key for k, v in items for key in non_finite(v, f"{prefix}.{k}" if prefix else str(k))]
+
+
 def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
 
 
 def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
-    """Write ``step-<meta["step"]>`` atomically, then delete all but the newest ``keep``."""
+    """Write ``step-<meta["step"]>`` atomically, then delete all but the newest ``keep``.
+
+    Refuses weights and optimiser state that are not finite (``state["algo"]``):
+    saving them would replace the last good checkpoint with a useless one.
+    """
+    bad = non_finite(state.get("algo", {}))
+    if bad:
+        raise CheckpointError(
+            f"at step {meta['step']} the training state is not finite ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}): "
+            f"the run diverged, so no checkpoint was written. Resume from the last good one in {checkpoint_dir(run_dir)} "
+            "with a lower learning rate, or look at the metrics before this step"
+        )
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{meta['step']:012d}"
@@ -56,7 +92,8 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({**meta, "saved_at": time.time()}, indent=1))
+    meta = {**meta, "saved_at": time.time(), "sha256": sha256(tmp / "state.pt")}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     for f in tmp.iterdir():  # durable before it becomes visible
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
@@ -68,9 +105,26 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     return final
 
 
-def read(path: Path) -> tuple[dict, dict]:
-    """One checkpoint's ``(state, meta)``; raises if it cannot be read."""
+def verified_meta(path: Path) -> dict:
+    """A checkpoint's meta, once its ``state.pt`` matches the checksum written with it."""
     meta = json.loads((Path(path) / "meta.json").read_text())
+    if meta.get("sha256") != sha256(Path(path) / "state.pt"):
+        raise CheckpointError(f"{path}/state.pt does not match the checksum in its meta.json: its bytes were damaged")
+    return meta
+
+
+def intact(path: Path) -> bool:
+    try:
+        verified_meta(path)
+        return True
+    except (OSError, ValueError, CheckpointError):
+        return False
+
+
+def read(path: Path) -> tuple[dict, dict]:
+    """One checkpoint's ``(state, meta)``, on the CPU; raises if it cannot be
+    read or its bytes are not the ones written."""
+    meta = verified_meta(path)
     return torch.load(Path(path) / "state.pt", weights_only=True, map_location="cpu"), meta
 
 
@@ -78,9 +132,11 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
     """The newest valid checkpoint as ``(state, meta, path)``, or None.
 
     A truncated or corrupt checkpoint is skipped with a warning that names it
-    (the one before it is used); one from another algorithm or env is refused.
+    (the one before it is used); one from another algorithm or env is refused;
+    when none can be read, that is an error listing them, not a fresh start.
     """
-    for path in sorted(checkpoint_dir(run_dir).glob("step-*"), reverse=True):
+    paths = sorted(checkpoint_dir(run_dir).glob("step-*"), reverse=True)
+    for path in paths:
         try:
             state, meta = read(path)
         except Exception as e:  # any unreadable checkpoint is skipped, not fatal
@@ -92,4 +148,10 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
                 f"algo={algo} env={env_id}. Use another run_dir=, or checkpoint.resume=false to ignore it."
             )
         return state, meta, path
+    if paths:
+        raise CheckpointError(
+            f"none of the checkpoints in {checkpoint_dir(run_dir)} can be read ({', '.join(p.name for p in paths)}; "
+            "the warnings above say why). Nothing was changed: use another run_dir= to start a new run, or "
+            "checkpoint.start_over=true to move this run's files aside and start over in the same directory"
+        )
     return None

@@ -8,6 +8,7 @@ type-checks every override while composing, and ``load`` runs the
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -17,6 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from harness.algos import ALGOS
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id
+from harness.metrics.video import check_video_support
 from harness.sync.config import SyncConfig
 
 
@@ -94,30 +96,40 @@ class EvalConfig:
 
     every_frames: int = 0  # run evaluation each time this many more frames were learned from; 0: never
     episodes: int = 5  # episodes per evaluation (one per env of a dedicated vector env)
+    video_every: int = 0  # record the first episode of the 1st, (K+1)th, ... evaluation to <run_dir>/videos/*.mp4; 0: never
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.episodes < 1:
             raise ValueError(f"eval.every_frames must be >= 0 and eval.episodes >= 1; got {self.every_frames}, {self.episodes}")
+        if self.video_every < 0:
+            raise ValueError(f"eval.video_every must be >= 0 (0: no videos), got {self.video_every}")
+        if self.video_every:
+            check_video_support()
+
+
+LOGGER_BACKENDS = ("csv", "wandb", "tensorboard")
 
 
 @dataclass
 class LoggerConfig:
-    """Trainer 0's metrics: always a CSV in the run directory; wandb on request."""
+    """Trainer 0's metrics: always a CSV in the run directory and console progress; wandb and TensorBoard on request."""
 
-    backend: str = "csv"  # csv | wandb (metrics.csv is written in both cases)
-    log_every_frames: int = 10_000  # one row (and console line) per this many frames
-    console: bool = True  # print a progress line per row
+    backends: list[str] = field(default_factory=lambda: ["csv"])  # any of csv, wandb, tensorboard; metrics.csv is written regardless
+    log_every_frames: int = 10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
+    console: bool = True  # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
     mode: str = "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
     project: str = "harness"  # wandb project
     entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
-    group: Optional[str] = None  # wandb group, e.g. one per sweep
+    group: Optional[str] = None  # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's runs
     name: Optional[str] = None  # wandb run name; default: the run directory's name
-    tags: list[str] = field(default_factory=list)  # wandb tags
+    tags: list[str] = field(default_factory=list)  # wandb tags, after the algo, env and sync scheme (always tagged)
     init_timeout_s: float = 60.0  # give up on reaching wandb after this long (training goes on)
 
     def __post_init__(self) -> None:
-        if self.backend not in ("csv", "wandb"):
-            raise ValueError(f"logger.backend={self.backend!r}: choose csv or wandb (logger=csv / logger=wandb)")
+        unknown = [b for b in self.backends if b not in LOGGER_BACKENDS]
+        if unknown:
+            raise ValueError(f"logger.backends={list(self.backends)}: {unknown} unknown; choose from {list(LOGGER_BACKENDS)}, "
+                             "e.g. logger.backends=[csv,wandb,tensorboard] (or logger=wandb / logger=tensorboard)")
         if self.mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.mode={self.mode!r}: choose online, offline or disabled")
         if self.log_every_frames < 1:
@@ -145,6 +157,8 @@ class Config:
 
     def __post_init__(self) -> None:
         self._check_dataset()
+        if self.dist_timeout_s <= 0:
+            raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         if self.topology.trainers > 1 and not ALGOS[self.algo.name].data_parallel_trainers:
             raise ValueError(
                 f"topology.trainers={self.topology.trainers}: algo={self.algo.name} learns on one trainer (its replay or "
@@ -178,8 +192,28 @@ def register_configs() -> None:
         cs.store(group="algo", name=f"{name}_schema", node=algo.Config)
 
 
+def _keys(node: Any, prefix: str = "") -> set[str]:
+    if not isinstance(node, dict) or not node:
+        return {prefix}
+    return {key for k, v in node.items() for key in _keys(v, f"{prefix}.{k}" if prefix else str(k))}
+
+
+def check_known_keys(cfg: DictConfig, typed: Config) -> None:
+    """Refuse keys no section declares. Hydra's ``+key=value`` adds keys past
+    the schema (it is what Hydra suggests for a typo), and they would be
+    silently ignored; name the nearest real key instead."""
+    known = _keys(OmegaConf.to_container(OmegaConf.structured(typed)))
+    unknown = sorted(_keys(OmegaConf.to_container(cfg, resolve=False)) - known)
+    if unknown:
+        hints = [f"{k} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(k, known, n=1)) else k for k in unknown]
+        raise ValueError(f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config.py "
+                         "or its algorithm's file; check the spelling, and drop a leading +")
+
+
 def load(cfg: DictConfig) -> Config:
     """The composed config as typed objects; runs every ``__post_init__`` check."""
     if cfg.get("algo") is None or cfg.algo.get("name") not in ALGOS:
         raise ValueError(f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}")
-    return OmegaConf.to_object(cfg)
+    typed = OmegaConf.to_object(cfg)
+    check_known_keys(cfg, typed)
+    return typed

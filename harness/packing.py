@@ -2,8 +2,9 @@
 
 Weights (the sync schemes) and batches (the data channel) both travel as one
 such buffer, so a message is one send and applying it is one copy. The packing
-itself is TensorDict's ``consolidate``; this module adds the schema signature
-that both ends compare before they exchange anything.
+itself is TensorDict's ``consolidate``; this module finds its buffer through
+public torch API and adds the schema signature that both ends compare before
+they exchange anything.
 """
 
 from __future__ import annotations
@@ -21,11 +22,30 @@ def pack(td: TensorDictBase) -> TensorDictBase:
 def buffer_of(packed: TensorDictBase) -> torch.Tensor:
     """The uint8 buffer behind a packed TensorDict (what goes on the wire).
 
-    tensordict keeps it in ``_consolidated``; it has no public accessor yet.
+    ``consolidate`` allocates one storage and places every leaf in it, in
+    turn, each padded to 8 bytes. That storage is the buffer: this checks that
+    the leaves tile it exactly that way, so that the bytes sent are the bytes
+    the leaves view, no more and no fewer.
     """
     if not packed.is_consolidated():
         raise TypeError("buffer_of() needs a TensorDict made by pack()")
-    return packed._consolidated["storage"]
+    leaves = sorted((t for t in packed.values(include_nested=True, leaves_only=True) if t.numel()), key=torch.Tensor.data_ptr)
+    if not leaves:
+        raise TypeError("buffer_of() needs a packed TensorDict with at least one non-empty tensor")
+    storage = leaves[0].untyped_storage()
+    base, end = storage.data_ptr(), 0
+    for t in leaves:
+        if t.data_ptr() - base != end or not t.is_contiguous():
+            raise TypeError("buffer_of(): the leaves do not tile one storage as pack() lays them out")
+        end += -(-t.nbytes // 8) * 8
+    if end != storage.nbytes():
+        raise TypeError(f"buffer_of(): the leaves fill {end} bytes of a {storage.nbytes()}-byte storage")
+    return _bytes(storage, 0, end)
+
+
+def _bytes(storage: torch.UntypedStorage, offset: int, nbytes: int) -> torch.Tensor:
+    """A uint8 tensor over ``nbytes`` of ``storage`` from ``offset``: no copy."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, offset, (nbytes,))
 
 
 def schema(td: TensorDictBase) -> list[str]:
@@ -79,7 +99,5 @@ def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.T
     if any(a.data_ptr() - base_src != b.data_ptr() - base_dst for a, b in zip(src, dst)):
         return None
     nbytes = max(t.data_ptr() + t.numel() * t.element_size() for t in dst) - base_dst
-    src_bytes = torch.empty(0, dtype=torch.uint8, device=src[0].device).set_(storage, base_src - storage.data_ptr(), (nbytes,))
     dst_storage = dst[0].untyped_storage()
-    dst_bytes = torch.empty(0, dtype=torch.uint8, device=dst[0].device).set_(dst_storage, base_dst - dst_storage.data_ptr(), (nbytes,))
-    return src_bytes, dst_bytes
+    return _bytes(storage, base_src - storage.data_ptr(), nbytes), _bytes(dst_storage, base_dst - dst_storage.data_ptr(), nbytes)

@@ -3,6 +3,8 @@
     torchrun --nproc_per_node=3 -m harness.train                # 1 trainer + 2 collectors
     torchrun --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000
     python -m harness.train debug=tiny                          # world size 1: trains and collects
+    srun --ntasks=3 python -m harness.train                     # SLURM starts the ranks (no torchrun)
+    python -m harness.train -m hydra/launcher=submitit_slurm seed=1,2   # a sweep: one SLURM job per combination
 
 Compose and validate the config, find this rank's role, make the process
 groups and the shared run directory, run the role's loop, shut down cleanly.
@@ -12,17 +14,21 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
 
+from harness import run_directory
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.placement import describe_all, place
 from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
-from harness.distributed.topology import Layout
+from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.trainer import run_trainer
 
@@ -48,10 +54,23 @@ def check_dataset(cfg: Config) -> None:
         dataset.load(cfg.dataset, cfg.env.id)
 
 
+def sweep_defaults(cfg: Config) -> None:
+    """What Hydra knows and the config does not: a multirun job's own directory
+    (``hydra.sweep.dir``/``subdir``) as its default run directory, and the
+    experiment preset's name as the default wandb group, which a sweep's runs share."""
+    hydra_cfg = HydraConfig.get()
+    if not cfg.run_dir and hydra_cfg.mode == RunMode.MULTIRUN:
+        cfg.run_dir = hydra_cfg.runtime.output_dir
+    cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.run_name
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
+    signals.quiet_interrupt()  # Ctrl-C during start-up: stop at once, no traceback
     cfg = load(raw)  # every value checked before any process group exists
     check_dataset(cfg)
+    sweep_defaults(cfg)
+    os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
     layout = Layout.from_env(cfg.topology.trainers)
     nccl = cfg.sync.name == "nccl"
     placement = place(layout, cfg.trainer.device, cfg.collector.device, cfg.trainer.threads, cfg.collector.threads, nccl)
@@ -61,21 +80,30 @@ def main(raw: DictConfig) -> None:
     try:
         groups = None if layout.single_process else init_distributed(layout, cfg.dist_timeout_s, nccl_sync=nccl)
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
-        placements = describe_all(placement, not layout.single_process)
+        cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
+        # Every rank, before anything is written: a refused launch changes nothing.
+        if run_directory.check(cfg, raw, run_dir):
+            cfg.checkpoint.resume = True  # an earlier attempt of this launch ran here: continue it
         if layout.rank == 0:
             check_writable(run_dir)
-            OmegaConf.save(raw, run_dir / "config.yaml", resolve=True)
+            run_directory.prepare(cfg, raw, run_dir)
+        placements = describe_all(placement, not layout.single_process)  # also: no rank reads run_dir before prepare
+        if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
             log.info("%s\n%s", layout.describe(), placements)
-        # From here on SIGTERM / SIGUSR1 mean: checkpoint at the next safe point,
-        # then exit. Before, during start-up, they stop the process at once.
-        signals.install()
+        # From here on SIGTERM, SIGUSR1 and a first Ctrl-C mean: checkpoint at the
+        # next safe point, then exit. Before, during start-up, they stop the process at once.
+        signals.install(announce=layout.rank == 0)
         if layout.is_trainer:
             run_trainer(cfg, layout, groups, run_dir)
         else:
             run_collector(cfg, layout, groups)
     finally:
         shutdown_distributed()
+    if signals.interrupted() and "TORCHELASTIC_RUN_ID" not in os.environ:
+        # The shell's "ended by Ctrl-C". Under torchrun the launcher says it:
+        # there, a worker's non-zero exit would read as a failure to restart.
+        sys.exit(128 + 2)
 
 
 if __name__ == "__main__":

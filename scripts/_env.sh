@@ -12,23 +12,30 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 EXTRAS=${EXTRAS:-}
 PY=${PYTHON:-python3}
 
-# A stamp per set of extras, newer than pyproject.toml, means "installed".
-# Any install also covers the plain package (EXTRAS="").
-stamp="$VENV/.installed-${EXTRAS:-base}"
-if [ -z "$EXTRAS" ]; then
-  newest=$(ls -t "$VENV"/.installed-* 2>/dev/null | head -n 1 || true)
-  stamp=${newest:-$stamp}
-fi
+# A stamp per install, named after its extras and newer than pyproject.toml,
+# means "installed": any stamp whose extras include every one asked for will
+# do (EXTRAS="" takes any), so that the test install also covers train.sh's.
+installed() {
+  local s e have
+  for s in "$VENV"/.installed-*; do
+    [ -f "$s" ] && [ "$s" -nt "$ROOT/pyproject.toml" ] || continue
+    have=",${s##*/.installed-},"
+    for e in ${EXTRAS//,/ }; do
+      case "$have" in *",$e,"*) ;; *) continue 2 ;; esac
+    done
+    return 0
+  done
+  return 1
+}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "creating $VENV" >&2
   "$PY" -m venv "$VENV"
 fi
-if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-  stamp="$VENV/.installed-${EXTRAS:-base}"
+if ! installed; then
   echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC)" >&2
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT${EXTRAS:+[$EXTRAS]}"
-  touch "$stamp"
+  touch "$VENV/.installed-${EXTRAS:-base}"
 fi
 # Oversubscribed intra-op threads make every rank slower when several share a machine.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

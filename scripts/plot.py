@@ -1,7 +1,13 @@
+#!/usr/bin/env python3
 """Plots from runs and benchmarks.
 
-    python scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png
-    python scripts/plot.py --bench bench-weight_sync.json --out latency.png
+    scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png
+    scripts/plot.py --bench bench-weight_sync.json --out latency.png
+    scripts/plot.sh ...          # the same, setting up .venv first if it is missing
+
+Started by a Python other than the repository's ``.venv`` (which
+``scripts/train.sh`` sets up, matplotlib included), it runs itself again with
+that one.
 
 Learning curves: ``train/episode_return`` (and ``eval/return`` where logged)
 against env frames and against wall time, one line per run. Runs whose
@@ -19,11 +25,24 @@ import argparse
 import csv
 import hashlib
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+
+def use_project_venv() -> None:
+    """Run again under the repository's .venv, if there is one and this is another Python."""
+    venv = Path(__file__).resolve().parents[1] / ".venv"
+    if (venv / "bin" / "python").exists() and Path(sys.prefix).resolve() != venv.resolve():
+        os.execv(str(venv / "bin" / "python"), [str(venv / "bin" / "python"), __file__, *sys.argv[1:]])
+
+
+use_project_venv()
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("scripts/plot.py needs matplotlib: run it as scripts/plot.sh, which installs the project first")
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)

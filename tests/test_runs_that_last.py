@@ -59,13 +59,6 @@ def test_corrupt_newest_checkpoint_is_skipped_with_a_warning_naming_it(workdir):
     assert f"skipping checkpoint {newest}" in text and "step-000000000768" in text
 
 
-def test_checkpoint_of_another_env_is_refused(workdir):
-    assert run_harness([*TINY, "run_dir=run"], workdir, nproc=1).returncode == 0
-    out = run_harness([*TINY, "env=acrobot", "run_dir=run"], workdir, nproc=1)
-    assert out.returncode != 0
-    assert "algo=ppo env=CartPole-v1, but this run is algo=ppo env=Acrobot-v1" in out.stdout + out.stderr
-
-
 def test_run_dir_that_is_not_writable_is_a_clear_error(workdir):
     (workdir / "a_file").write_text("")
     out = run_harness([*TINY, f"run_dir={workdir / 'a_file' / 'run'}"], workdir, nproc=1)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, column, rows, wait_for
+from helpers import ROOT, column, launch_env, rows, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -137,3 +138,22 @@ def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
     assert "resumed from" in log, log[-3000:]
     seen = frames(run_dir)
     assert seen == sorted(set(seen)) and seen[-1] == 40960
+
+
+def test_submitit_sweep_runs_one_multi_task_job_per_combination(slurm, tmp_path):
+    """Hydra's submitit launcher: each combination is one SLURM job of two
+    tasks that srun starts without torchrun (ranks from SLURM's variables),
+    each job in a run directory of its own under the sweep directory."""
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "-m", "harness.train", "-m", "hydra/launcher=submitit_slurm",
+                          "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}",
+                          "debug=tiny", "logger.console=false", "seed=1,2"],
+                         env=launch_env({"SLURM_CONF": slurm["SLURM_CONF"]}), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.*"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:] + logs[-3000:]
+    run_dirs = sorted(p.parent for p in sweep.glob("*/metrics.csv"))
+    assert [p.name for p in run_dirs] == ["debug=tiny,logger.console=False,seed=1", "debug=tiny,logger.console=False,seed=2"]
+    for run_dir in run_dirs:
+        assert frames(run_dir)[-1] == 1024
+    assert logs.count("world size 2, topology.trainers=1") == 2  # two ranks per job, as srun started them

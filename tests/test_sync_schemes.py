@@ -23,7 +23,7 @@ from harness.distributed.setup import init_distributed
 from harness.distributed.topology import Layout
 from harness.sync import Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
-from harness.sync.contract import Payload
+from harness.sync.payload import Payload
 from harness.sync.shared_memory import PREFIX, Segment, remove_stale_segments
 
 ONE_NODE = [0, 0, 0]
@@ -143,7 +143,7 @@ def test_stress_no_torn_update_while_publishing_continuously(scheme, nodes):
 @pytest.mark.parametrize("scheme", ["gloo", "shm"])
 def test_bfloat16_wire_halves_the_bytes_and_delivers_rounded_weights(scheme):
     models = make_models()
-    full, half = Payload(models).buffer.numel(), Payload(models, wire_dtype=torch.bfloat16).buffer.numel()
+    full, half = Payload.from_models(models).buffer.numel(), Payload.from_models(models, wire_dtype=torch.bfloat16).buffer.numel()
     assert half < 0.6 * full
     results = run_ranks(publish_versions, 3, scheme, 10, 0, "bfloat16")
     check_versions(results, 3, 9)

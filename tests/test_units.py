@@ -1,4 +1,4 @@
-"""Unit tests: GAE by hand, packed payloads, the in-process scheme, metrics CSV."""
+"""Unit tests: GAE by hand, packed payloads, the weight sync contract, the in-process scheme, metrics CSV."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from torch import nn
 
 from harness.algos.gae import gae
 from harness.metrics.logger import CSVLog
-from harness.packing import buffer_of, first_difference, pack, schema
-from harness.sync.contract import Header, Payload
+from harness.distributed import handshake
+from harness.packing import buffer_of, first_difference, pack, pack_parameters_, schema
+from harness.sync import SchemaMismatchError
+from harness.sync.broadcast import BroadcastSink, BroadcastSource
+from harness.sync.contract import Endpoint, Sink, Source
 from harness.sync.local import local_pair
+from harness.sync.payload import Header, Payload, weights_of
+from harness.sync.shared_memory import ShmSink, ShmSource
 from tensordict import TensorDict
 
 
@@ -46,9 +51,37 @@ def test_pack_puts_every_leaf_in_one_buffer():
     assert packed["x"].sum() == 0 and packed["y", "z"].sum() == 0
 
 
+def test_buffer_of_is_the_one_storage_every_leaf_views_and_nothing_else():
+    packed = pack(TensorDict(a=torch.ones(3), b=torch.zeros(0), c=torch.ones((), dtype=torch.bool)))
+    buf = buffer_of(packed)
+    assert buf.data_ptr() == packed["a"].untyped_storage().data_ptr() and buf.numel() == 16 + 8  # each leaf padded to 8 bytes
+    with pytest.raises(TypeError, match="pack"):
+        buffer_of(TensorDict(a=torch.ones(3)))
+
+
+def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models_at_it():
+    trainer, collector = nn.Linear(3, 2), nn.Linear(3, 2)
+    pack_parameters_(trainer)  # packed like the payload: the write is one flat copy
+    template = Payload.from_models({"policy": trainer})
+    slot = Payload.from_models({"policy": trainer}).rebase(torch.zeros(template.buffer.numel(), dtype=torch.uint8))
+    slot.write(weights_of({"policy": trainer}), Header(4))
+    assert slot.header().version == 4 and template.header().version == 0
+    live = Payload.from_models({"policy": collector})
+    live.bind({"policy": collector})
+    live.alias(slot)
+    assert torch.equal(collector.weight, trainer.weight) and collector.weight.data_ptr() == slot.td["weights", "policy", "weight"].data_ptr()
+
+
+def test_schema_errors_live_with_the_handshake_and_transports_fit_the_contract():
+    assert SchemaMismatchError is handshake.SchemaMismatchError
+    end = Endpoint(0, "trainer", "gloo")
+    assert all(isinstance(s, Sink) for s in (BroadcastSink(end, None, 1.0), ShmSink(0, 1)))
+    assert all(isinstance(s, Source) for s in (BroadcastSource(end, None, 0), ShmSource(0.001)))
+
+
 def test_bound_models_view_the_live_buffer_so_apply_is_one_copy():
     model = nn.Linear(3, 2)
-    payload = Payload({"policy": model})
+    payload = Payload.from_models({"policy": model})
     payload.bind({"policy": model})
     payload.buffer.fill_(0)
     assert model.weight.abs().sum() == 0 and model.bias.abs().sum() == 0
@@ -57,7 +90,7 @@ def test_bound_models_view_the_live_buffer_so_apply_is_one_copy():
 
 
 def test_header_values_must_match_what_connect_declared():
-    payload = Payload({"policy": nn.Linear(2, 2)}, ("epsilon",))
+    payload = Payload.from_models({"policy": nn.Linear(2, 2)}, ("epsilon",))
     with pytest.raises(ValueError, match="epsilon"):
         payload.write_header(Header(1, values={}))
 

@@ -11,10 +11,11 @@ so that the gap stays near ``target_action_gap``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import Algorithm, Policy
 from harness.algos.conservative import CQLConfig, cql_penalty
@@ -22,7 +23,7 @@ from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.critics import Critics
 from harness.algos.nets import LogScalar
 from harness.algos.offline import OfflineAlgorithm
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.algos.sac import SACPolicy
 from harness.collect.envs import EnvSpec
 
@@ -34,6 +35,7 @@ class CQL(OfflineAlgorithm):
     critics, plus the penalty's Lagrange weight."""
 
     Config = CQLConfig
+    compiled = ("critic_losses",)
 
     def __new__(cls, cfg: CQLConfig, spec: EnvSpec, *args, **kwargs) -> Algorithm:
         # Transitional, for callers that still build ALGOS[name](...) rather than
@@ -42,16 +44,18 @@ class CQL(OfflineAlgorithm):
             return DiscreteCQL(cfg, spec, *args, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, cfg: CQLConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        self.critics = Critics(spec, cfg.hidden)
-        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.critic_lr)
-        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.actor_lr)
+    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        # The critics' side: twin critics, and the penalty's Lagrange multiplier.
+        self.critics = Critics(spec, cfg.hidden).to(self.device)
+        self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.critic_lr)
+        self.alpha_prime = LogScalar(1.0).to(self.device)
+        self.alpha_prime_optimizer = adam(self.alpha_prime.parameters(), lr=cfg.critic_lr)
+        # The actor's side, SAC's: the actor and its entropy weight.
+        self.actor_optimizer = adam(self.policy.parameters(), lr=cfg.actor_lr)
+        self.log_alpha = LogScalar(1.0).to(self.device)
+        self.alpha_optimizer = adam(self.log_alpha.parameters(), lr=cfg.actor_lr)
         self.target_entropy = -float(spec.num_actions)
-        self.log_alpha = LogScalar(1.0)  # SAC's entropy weight
-        self.alpha_optimizer = torch.optim.Adam(self.log_alpha.parameters(), lr=cfg.actor_lr)
-        self.alpha_prime = LogScalar(1.0)  # the penalty's Lagrange multiplier
-        self.alpha_prime_optimizer = torch.optim.Adam(self.alpha_prime.parameters(), lr=cfg.critic_lr)
         # Uniform actions have density 1 / volume of the action box.
         self.uniform_log_density = -float(torch.log(2 * self.policy.bounds.scale).sum())
 
@@ -68,42 +72,47 @@ class CQL(OfflineAlgorithm):
                 "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer,
                 "alpha_prime_optimizer": self.alpha_prime_optimizer}
 
-    def actor_step(self, obs: torch.Tensor) -> dict[str, float]:
+    def actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         """SAC's actor and entropy-weight step."""
         alpha = self.log_alpha().detach()
         pi_action, log_prob, _ = self.policy.sample(obs)
-        actor_loss = (alpha * log_prob - self.critics(obs, pi_action).min(0).values).mean()
+        q_pi = self.critics(obs, pi_action, frozen=True).min(0).values  # the gradient reaches the actor, not the critics
+        actor_loss = (alpha * log_prob - q_pi).mean()
         step(self.actor_optimizer, actor_loss)
         step(self.alpha_optimizer, -(self.log_alpha() * (log_prob.detach() + self.target_entropy)).mean())
-        return {"train/actor_loss": actor_loss.item(), "train/alpha": alpha.item(), "train/entropy": -log_prob.mean().item()}
+        return {"train/actor_loss": actor_loss.detach(), "train/alpha": alpha, "train/entropy": -log_prob.detach().mean()}
 
-    def sampled_actions(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``n_actions`` each of uniform actions, pi(s) and pi(s') ``[B, 3N, A]``, and their log densities ``[B, 3N]``."""
+    def sampled_actions(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For the penalty, ``n_actions`` each of uniform actions, pi(s) and pi(s'), ``[B, 3N, A]``, and their
+        log densities ``[B, 3N]``; and one more pi(s') ``[B, A]`` for the TD target. The actor runs once
+        per observation (``sample(obs, n)``)."""
         b, n = obs.shape[0], self.cfg.n_actions
         with torch.no_grad():
-            repeat = lambda x: x.unsqueeze(1).expand(b, n, *x.shape[1:]).reshape(b * n, *x.shape[1:])  # noqa: E731
             random_actions = self.policy.bounds.random(b * n).reshape(b, n, -1)
-            pi_now, logp_now, _ = self.policy.sample(repeat(obs))
-            pi_next, logp_next, _ = self.policy.sample(repeat(next_obs))
-        sampled = torch.cat([random_actions, pi_now.reshape(b, n, -1), pi_next.reshape(b, n, -1)], 1)
-        log_density = torch.cat([torch.full((b, n), self.uniform_log_density), logp_now.reshape(b, n), logp_next.reshape(b, n)], 1)
-        return sampled, log_density
+            pi_now, logp_now, _ = self.policy.sample(obs, n)
+            pi_next, logp_next, _ = self.policy.sample(next_obs, n + 1)
+        sampled = torch.cat([random_actions, pi_now, pi_next[:, 1:]], 1)
+        uniform = torch.full((b, n), self.uniform_log_density, device=obs.device)
+        return sampled, torch.cat([uniform, logp_now, logp_next[:, 1:]], 1), pi_next[:, 0]
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        cfg = self.cfg
+    def critic_losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Both critics' TD loss, each critic's conservative gap ``[2]``, and Q on the dataset's actions ``[2, B]``."""
         obs, next_obs = batch["obs"], batch["next_obs"]
-        metrics = self.actor_step(obs)
-
+        sampled, log_density, next_action = self.sampled_actions(obs, next_obs)
         # TD targets (no entropy bonus in the backup, as CORL's default).
-        with torch.no_grad():
-            next_action, _, _ = self.policy.sample(next_obs)
-            target = batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * self.critics.targets(next_obs, next_action).min(0).values
-        q_data = self.critics(obs, batch["action"])  # [2, B]
+        next_q = self.critics.targets(next_obs, next_action).min(0).values
+        target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
+        # Both critics on the dataset's action and every sampled one, in one call: [2, B, 1 + 3N].
+        q = self.critics(obs, torch.cat([batch["action"].unsqueeze(1), sampled], 1))
+        q_data = q[..., 0]
         td_loss = (q_data - target).pow(2).mean(1).sum()
-
         # The conservative penalty over uniform actions and the policy's at s and s', per critic.
-        sampled, log_density = self.sampled_actions(obs, next_obs)
-        gaps = cql_penalty(self.critics(obs, sampled), log_density, q_data, cfg.temperature)  # [2]
+        return td_loss, cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature), q_data
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        metrics = self.actor_step(batch["obs"])
+        td_loss, gaps, q_data = self.critic_losses(batch)
         if cfg.lagrange:
             alpha_prime = self.alpha_prime().clamp(0.0, 1e6)
             penalty = alpha_prime.detach() * cfg.cql_alpha * (gaps - cfg.target_action_gap).sum()
@@ -113,5 +122,5 @@ class CQL(OfflineAlgorithm):
         step(self.q_optimizer, td_loss + penalty)
         if self.gradient_steps % cfg.target_update_every == 0:
             self.critics.update_targets(cfg.tau)
-        return {**metrics, "train/td_loss": td_loss.item(), "train/cql_gap": gaps.mean().item(),
-                "train/alpha_prime": self.alpha_prime().item(), "train/q1": q_data[0].mean().item()}
+        return {**metrics, "train/td_loss": td_loss.detach(), "train/cql_gap": gaps.detach().mean(),
+                "train/alpha_prime": self.alpha_prime().detach(), "train/q1": q_data[0].detach().mean()}

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import copy
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import require_actions
 from harness.algos.conservative import CQLConfig, cql_penalty
 from harness.algos.critics import soft_update
 from harness.algos.dqn import QPolicy
 from harness.algos.offline import OfflineAlgorithm
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 
@@ -29,31 +30,34 @@ class DiscreteCQL(OfflineAlgorithm):
     """Discrete CQL's trainer side: a Q-network and its target."""
 
     Config = CQLConfig
+    compiled = ("losses",)
 
     @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> QPolicy:
         require_actions(spec, True, "discrete CQL needs discrete actions; algo=cql picks the continuous form for continuous ones")
         return QPolicy(spec, (cfg.hidden, cfg.hidden))
 
-    def __init__(self, cfg: CQLConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
+    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
-        self.q_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.critic_lr)
+        self.q_optimizer = adam(self.policy.parameters(), lr=cfg.critic_lr)
 
     def checkpointed(self) -> dict[str, object]:
         return {"policy": self.policy, "target": self.target, "q_optimizer": self.q_optimizer}
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        cfg = self.cfg
+    def losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The TD loss, the conservative penalty, and Q on the dataset's actions."""
         q_all = self.policy.q(batch["obs"])
         q_data = q_all.gather(-1, batch["action"].long().unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
             next_q = self.target.q(batch["next_obs"]).max(-1).values
-            target = batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_q
-        td_loss = F.mse_loss(q_data, target)
+            target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
         # Every action is "sampled" once with density 1: the soft maximum is the exact logsumexp.
-        penalty = cql_penalty(q_all, torch.zeros_like(q_all), q_data, cfg.temperature)
-        step(self.q_optimizer, td_loss + cfg.cql_alpha * penalty)
-        if self.gradient_steps % cfg.target_update_every == 0:
-            soft_update(self.target, self.policy, cfg.tau)
-        return {"train/td_loss": td_loss.item(), "train/cql_penalty": penalty.item(), "train/q_values": q_data.mean().item()}
+        return F.mse_loss(q_data, target), cql_penalty(q_all, torch.zeros_like(q_all), q_data, self.cfg.temperature), q_data
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        td_loss, penalty, q_data = self.losses(batch)
+        step(self.q_optimizer, td_loss + self.cfg.cql_alpha * penalty)
+        if self.gradient_steps % self.cfg.target_update_every == 0:
+            soft_update(self.target, self.policy, self.cfg.tau)
+        return {"train/td_loss": td_loss.detach(), "train/cql_penalty": penalty.detach(), "train/q_values": q_data.detach().mean()}

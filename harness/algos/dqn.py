@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import Policy, require_actions
 from harness.algos.critics import soft_update
 from harness.algos.nets import mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 
@@ -79,12 +78,13 @@ class DQN(OffPolicyAlgorithm):
     """DQN's trainer side: the Q-network and its target."""
 
     Config = DQNConfig
+    compiled = ("td_loss",)
     header_values = ("random", "epsilon")
 
-    def __init__(self, cfg: DQNConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        self.target = copy.deepcopy(self.policy)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+    def __init__(self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        self.optimizer = adam(self.policy.parameters(), lr=cfg.learning_rate)
+        self.target = copy.deepcopy(self.policy).requires_grad_(False)
 
     @classmethod
     def make_policy(cls, cfg: DQNConfig, spec: EnvSpec) -> QPolicy:
@@ -108,10 +108,14 @@ class DQN(OffPolicyAlgorithm):
                 next_value = next_q.max(-1).values
             return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_value
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
+    def td_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean squared TD error of Q on the batch's actions; and those Q-values."""
         q = self.policy.q(batch["obs"]).gather(-1, batch["action"].long().unsqueeze(-1)).squeeze(-1)
-        loss = F.mse_loss(q, self.td_target(batch))
+        return F.mse_loss(q, self.td_target(batch)), q
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        loss, q = self.td_loss(batch)
         step(self.optimizer, loss)
         if self.gradient_steps % self.cfg.target_network_frequency == 0:
             soft_update(self.target, self.policy, self.cfg.tau)
-        return {"train/td_loss": loss.item(), "train/q_values": q.mean().item()}
+        return {"train/td_loss": loss.detach(), "train/q_values": q.detach().mean()}

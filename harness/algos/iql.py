@@ -9,18 +9,17 @@ regression: dataset actions weighted by ``exp(beta * (Q - V))``, clipped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import Policy, require_actions
 from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offline import OfflineAlgorithm, OfflineConfig
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 EXP_ADV_MAX = 100.0  # the advantage weights' clip, as in the paper's code
@@ -76,14 +75,15 @@ class IQL(OfflineAlgorithm):
     """IQL's trainer side: twin critics, value function, actor."""
 
     Config = IQLConfig
+    compiled = ("value_loss", "critic_loss", "actor_loss")
 
-    def __init__(self, cfg: IQLConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        self.critics = Critics(spec, cfg.hidden)
-        self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU)
-        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.critic_lr)
-        self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=cfg.critic_lr)
-        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.actor_lr)
+    def __init__(self, cfg: IQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        self.critics = Critics(spec, cfg.hidden).to(self.device)
+        self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU).to(self.device)
+        self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.critic_lr)
+        self.value_optimizer = adam(self.value.parameters(), lr=cfg.critic_lr)
+        self.actor_optimizer = adam(self.policy.parameters(), lr=cfg.actor_lr)
 
     @classmethod
     def make_policy(cls, cfg: IQLConfig, spec: EnvSpec) -> GaussianPolicy:
@@ -94,30 +94,33 @@ class IQL(OfflineAlgorithm):
         return {"policy": self.policy, "critics": self.critics, "value": self.value, "q_optimizer": self.q_optimizer,
                 "value_optimizer": self.value_optimizer, "actor_optimizer": self.actor_optimizer}
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        cfg = self.cfg
-        obs = batch["obs"].flatten(1)
-        target_q = self.critics.targets(obs, batch["action"]).min(0).values
+    def value_loss(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """V towards the upper expectile of the target critics' min Q over the dataset's actions; and Q - V."""
+        advantage = self.critics.targets(obs, action).min(0).values - self.value(obs).squeeze(-1)
+        return expectile_loss(advantage, self.cfg.expectile), advantage
 
-        # V towards the upper expectile of Q over the dataset's actions.
-        advantage = target_q - self.value(obs).squeeze(-1)
-        value_loss = expectile_loss(advantage, cfg.expectile)
-        step(self.value_optimizer, value_loss)
-
-        # Critics towards r + gamma * V(s'): no action outside the dataset is ever valued.
+    def critic_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Critics towards r + gamma * V(s'): no action outside the dataset is ever valued."""
         with torch.no_grad():
             next_v = self.value(batch["next_obs"].flatten(1)).squeeze(-1)
-            target = batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_v
-        q = self.critics(obs, batch["action"])  # [2, B]
-        q_loss = (q - target).pow(2).mean(1).sum()  # each critic's mean squared TD error
+            target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_v
+        q = self.critics(batch["obs"], batch["action"])  # [2, B]
+        return (q - target).pow(2).mean(1).sum(), q  # each critic's mean squared TD error
+
+    def actor_loss(self, obs: torch.Tensor, action: torch.Tensor, advantage: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantage-weighted regression onto the dataset's actions; and the weights."""
+        weights = torch.exp(self.cfg.beta * advantage).clamp(max=EXP_ADV_MAX)
+        log_prob = self.policy.distribution(obs).log_prob(action).sum(-1)
+        return -(weights * log_prob).mean(), weights
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        obs, action = batch["obs"].flatten(1), batch["action"]
+        value_loss, advantage = self.value_loss(obs, action)
+        step(self.value_optimizer, value_loss)
+        q_loss, q = self.critic_loss(batch)
         step(self.q_optimizer, q_loss)
-
-        # Advantage-weighted regression onto the dataset's actions.
-        weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=EXP_ADV_MAX)
-        log_prob = self.policy.distribution(obs).log_prob(batch["action"]).sum(-1)
-        actor_loss = -(weights * log_prob).mean()
+        actor_loss, weights = self.actor_loss(obs, action, advantage.detach())
         step(self.actor_optimizer, actor_loss)
-
-        self.critics.update_targets(cfg.tau)
-        return {**critic_metrics(q, q_loss), "train/value_loss": value_loss.item(), "train/actor_loss": actor_loss.item(),
-                "train/advantage": advantage.mean().item(), "train/adv_weight": weights.mean().item()}
+        self.critics.update_targets(self.cfg.tau)
+        return {**critic_metrics(q, q_loss), "train/value_loss": value_loss.detach(), "train/actor_loss": actor_loss.detach(),
+                "train/advantage": advantage.detach().mean(), "train/adv_weight": weights.mean()}

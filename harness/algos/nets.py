@@ -40,7 +40,7 @@ class Bounds(nn.Module):
 
     def random(self, n: int) -> torch.Tensor:
         """``n`` actions drawn uniformly from the box."""
-        return self.bias + self.scale * (2 * torch.rand(n, self.scale.numel()) - 1)
+        return self.bias + self.scale * (2 * torch.rand(n, self.scale.numel(), device=self.scale.device) - 1)
 
     def clamp(self, action: torch.Tensor) -> torch.Tensor:
         """``action`` clipped into the box."""
@@ -53,7 +53,7 @@ class LogScalar(nn.Module):
 
     def __init__(self, initial: float = 1.0):
         super().__init__()
-        self.log_value = nn.Parameter(torch.full((1,), math.log(initial)))
+        self.log_value = nn.Parameter(torch.tensor(math.log(initial)))
 
     def forward(self) -> torch.Tensor:
         return self.log_value.exp()

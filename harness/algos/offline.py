@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch.distributed import ProcessGroup
 from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm
@@ -38,21 +38,21 @@ class OfflineAlgorithm(Algorithm):
 
     offline = True
 
-    def __init__(self, cfg: OfflineConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
+    def __init__(self, cfg: OfflineConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
         self.data: TensorDict | None = None
 
     def use_dataset(self, data: TensorDict) -> None:
         """The transitions to learn from (memory-mapped is fine: only samples are read)."""
         self.data = data
 
-    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         """One gradient step on a uniform sample of the dataset (collectors'
         messages carry evaluations, not frames)."""
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
-        return self.learn(self.data[index])
+        return self.learn(self.data[index].to(self.device, non_blocking=True))
 
     @abc.abstractmethod
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        """One gradient step on ``batch``; returns ``train/...`` metrics."""
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors."""

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from tensordict import TensorDict
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import AlgoConfig, Algorithm
 from harness.algos.replay import ReplayBuffer
@@ -39,8 +40,8 @@ class OffPolicyAlgorithm(Algorithm):
     needs_next_obs = True
     header_values = ("random",)  # 1 while collectors should act at random
 
-    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
+    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
 
@@ -53,7 +54,7 @@ class OffPolicyAlgorithm(Algorithm):
         rollout = batch["rollout"]
         return rollout.select("obs", "action", "reward", "next_obs", "terminated").reshape(-1)
 
-    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         for batch in batches:
             data = self.transitions(batch)
             if self.buffer is None:
@@ -62,11 +63,11 @@ class OffPolicyAlgorithm(Algorithm):
             frames += data.shape[0]
             if frames > self.cfg.learning_starts:
                 self.owed += self.cfg.update_to_data * data.shape[0]
-        metrics: dict[str, float] = {}
+        metrics: dict[str, torch.Tensor] = {}
         while self.owed >= 1:
             self.owed -= 1
             self.gradient_steps += 1
-            metrics = self.learn(self.buffer.sample(self.cfg.batch_size))
+            metrics = self.learn(self.buffer.sample(self.cfg.batch_size).to(self.device, non_blocking=True))
         return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size}
 
     def replay_state(self) -> dict | None:
@@ -78,6 +79,6 @@ class OffPolicyAlgorithm(Algorithm):
         self.owed, self.gradient_steps = state["owed"], state["gradient_steps"]
 
     @abc.abstractmethod
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        """One gradient step on ``batch``; returns ``train/...`` metrics."""
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors."""
 

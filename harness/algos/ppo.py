@@ -10,17 +10,17 @@ so only the actor's weights travel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 from tensordict import TensorDict
 from torch import nn
 from torch.distributions import Categorical, Normal
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy
 from harness.algos.gae import gae
 from harness.algos.nets import mlp
+from harness.algos.optim import adam
 from harness.collect.envs import EnvSpec
 
 
@@ -129,13 +129,14 @@ class PPO(Algorithm):
 
     Config = PPOConfig
     data_parallel_trainers = True
+    compiled = ("losses",)
 
-    def __init__(self, cfg: PPOConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        critic = mlp(spec.obs_dim, cfg.hidden_sizes, 1, out_std=1.0)
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        critic = mlp(spec.obs_dim, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
-        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
+        self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
@@ -144,10 +145,14 @@ class PPO(Algorithm):
     def checkpointed(self) -> dict[str, object]:
         return {"loss": self.loss, "optimizer": self.optimizer}  # the loss module holds actor and critic
 
-    def update(self, batches: list[TensorDict], frames: int) -> dict[str, float]:
+    def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
+        """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
+        return self.learner(mb)
+
+    def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
-        rollout = torch.cat([b["rollout"] for b in batches], dim=1)  # [T, N]
-        next_obs = torch.cat([b["next_obs"] for b in batches], dim=0)  # [N, ...]
+        rollout = torch.cat([b["rollout"] for b in batches], dim=1).to(self.device)  # [T, N]
+        next_obs = torch.cat([b["next_obs"] for b in batches], dim=0).to(self.device)  # [N, ...]
         with torch.no_grad():
             values = self.loss.value(rollout["obs"])
             advantages = gae(rollout["reward"], values, rollout["done"], self.loss.value(next_obs), cfg.gamma, cfg.gae_lambda)
@@ -164,24 +169,25 @@ class PPO(Algorithm):
         history = []
         for _ in range(cfg.update_epochs):
             for idx in torch.randperm(size).split(minibatch):
-                out = self.learner(flat[idx])
+                out = self.losses(flat[idx])
                 self.optimizer.zero_grad()
                 out["loss"].backward()
-                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
+                self.gradient_steps += 1
                 history.append({k: v.detach() for k, v in out.items()})
             if cfg.target_kl is not None and history[-1]["approx_kl"] > cfg.target_kl:
                 break  # every trainer sees the same averaged-gradient model, so all stop together
 
-        last = history[-1]
+        last = history[-1]  # tensors: read once per log row, not once per update
         var_returns = returns.var()
-        explained_var = float("nan") if var_returns == 0 else float(1 - (returns - values).var() / var_returns)
+        explained_var = torch.where(var_returns == 0, float("nan"), 1 - (returns - values).var() / var_returns)
         return {
-            "train/policy_loss": last["policy_loss"].item(),
-            "train/value_loss": last["value_loss"].item(),
-            "train/entropy": last["entropy"].item(),
-            "train/approx_kl": last["approx_kl"].item(),
-            "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean().item(),
+            "train/policy_loss": last["policy_loss"],
+            "train/value_loss": last["value_loss"],
+            "train/entropy": last["entropy"],
+            "train/approx_kl": last["approx_kl"],
+            "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean(),
             "train/explained_variance": explained_var,
             "train/lr": lr,
         }

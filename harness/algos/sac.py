@@ -7,23 +7,24 @@ steps) and automatic entropy tuning towards ``-action_dims``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import Policy, require_actions
 from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, LogScalar, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass
@@ -49,18 +50,21 @@ class SACPolicy(Policy):
         self.mean, self.log_std = nn.Linear(hidden, spec.num_actions), nn.Linear(hidden, spec.num_actions)
         self.bounds = Bounds(spec)
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A reparameterised action, its log-probability, and the mean action."""
+    def sample(self, obs: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A reparameterised action, its log-probability, and the mean action. With ``n``:
+        ``n`` actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the network."""
         h = F.relu(self.trunk(obs.flatten(1)))
         mean = self.mean(h)
         log_std = torch.tanh(self.log_std(h))
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
-        normal = torch.distributions.Normal(mean, log_std.exp(), validate_args=False)
-        u = normal.rsample()
+        if n is not None:
+            mean, log_std = mean.unsqueeze(1).expand(-1, n, -1), log_std.unsqueeze(1).expand(-1, n, -1)
+        noise = torch.randn(mean.shape, device=mean.device)
+        u = mean + noise * log_std.exp()
         y = torch.tanh(u)
         action = y * self.bounds.scale + self.bounds.bias
-        # Change of variables for the squashing, as in the paper's appendix C.
-        log_prob = (normal.log_prob(u) - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)).sum(-1)
+        # The Gaussian's log-density at u, then the change of variables for the squashing (the paper's appendix C).
+        log_prob = (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)).sum(-1)
         return action, log_prob, torch.tanh(mean) * self.bounds.scale + self.bounds.bias
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
@@ -74,15 +78,16 @@ class SAC(OffPolicyAlgorithm):
     """SAC's trainer side: actor, twin critics, entropy weight."""
 
     Config = SACConfig
+    compiled = ("critic_loss",)
 
-    def __init__(self, cfg: SACConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        self.critics = Critics(spec, cfg.hidden)
-        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.q_lr)
-        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.policy_lr)
+    def __init__(self, cfg: SACConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        self.critics = Critics(spec, cfg.hidden).to(self.device)
+        self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.q_lr)
+        self.actor_optimizer = adam(self.policy.parameters(), lr=cfg.policy_lr)
         self.target_entropy = -float(spec.num_actions)
-        self.log_alpha = LogScalar(1.0)
-        self.alpha_optimizer = torch.optim.Adam(self.log_alpha.parameters(), lr=cfg.q_lr)
+        self.log_alpha = LogScalar(1.0).to(self.device)
+        self.alpha_optimizer = adam(self.log_alpha.parameters(), lr=cfg.q_lr)
 
     @classmethod
     def make_policy(cls, cfg: SACConfig, spec: EnvSpec) -> SACPolicy:
@@ -90,8 +95,9 @@ class SAC(OffPolicyAlgorithm):
         return SACPolicy(spec, cfg.hidden)
 
     @property
-    def alpha(self) -> torch.Tensor:
-        return self.log_alpha().detach() if self.cfg.autotune else torch.tensor(self.cfg.alpha)
+    def alpha(self) -> torch.Tensor | float:
+        """The entropy weight (a tensor without gradient when tuned)."""
+        return self.log_alpha().detach() if self.cfg.autotune else self.cfg.alpha
 
     def checkpointed(self) -> dict[str, object]:
         return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha,
@@ -104,23 +110,28 @@ class SAC(OffPolicyAlgorithm):
             next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values - self.alpha * next_log_prob
             return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
+    def critic_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each critic's mean squared TD error, summed; and the critics' values ``[2, B]``."""
+        q = self.critics(batch["obs"], batch["action"])
+        return (q - self.q_target(batch)).pow(2).mean(1).sum(), q
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        q = self.critics(batch["obs"], batch["action"])  # [2, B]
-        q_loss = (q - self.q_target(batch)).pow(2).mean(1).sum()  # each critic's mean squared TD error
+        q_loss, q = self.critic_loss(batch)
         step(self.q_optimizer, q_loss)
         metrics = critic_metrics(q, q_loss)
 
         if self.gradient_steps % cfg.policy_frequency == 0:  # delayed, then as many steps as were skipped
             for _ in range(cfg.policy_frequency):
                 action, log_prob, _ = self.policy.sample(batch["obs"])
-                q_pi = self.critics(batch["obs"], action).min(0).values
+                q_pi = self.critics(batch["obs"], action, frozen=True).min(0).values  # no gradient for the critics
                 actor_loss = (self.alpha * log_prob - q_pi).mean()
                 step(self.actor_optimizer, actor_loss)
                 if cfg.autotune:
                     with torch.no_grad():
                         _, log_prob, _ = self.policy.sample(batch["obs"])
                     step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean())
-            metrics.update({"train/actor_loss": actor_loss.item(), "train/alpha": self.alpha.item(), "train/entropy": -log_prob.mean().item()})
+            metrics.update({"train/actor_loss": actor_loss.detach(), "train/alpha": torch.as_tensor(self.alpha),
+                            "train/entropy": -log_prob.detach().mean()})
         self.critics.update_targets(cfg.tau)
         return metrics

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed import ProcessGroup
 
 from harness.algos.base import Policy, require_actions
 from harness.algos.critics import Critics, critic_metrics, soft_update
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
-from harness.algos.optim import step
+from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 
@@ -65,13 +64,14 @@ class TD3(OffPolicyAlgorithm):
     """TD3's trainer side: actor and its target, twin critics."""
 
     Config = TD3Config
+    compiled = ("critic_loss",)
 
-    def __init__(self, cfg: TD3Config, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None):
-        super().__init__(cfg, spec, total_frames, ddp_group)
-        self.policy_target = copy.deepcopy(self.policy)
-        self.critics = Critics(spec, cfg.hidden)
-        self.q_optimizer = torch.optim.Adam(self.critics.online.parameters(), lr=cfg.learning_rate)
-        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate)
+    def __init__(self, cfg: TD3Config, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+        super().__init__(cfg, spec, *args, **kwargs)
+        self.policy_target = copy.deepcopy(self.policy).requires_grad_(False)
+        self.critics = Critics(spec, cfg.hidden).to(self.device)
+        self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.learning_rate)
+        self.actor_optimizer = adam(self.policy.parameters(), lr=cfg.learning_rate)
 
     @classmethod
     def make_policy(cls, cfg: TD3Config, spec: EnvSpec) -> TD3Policy:
@@ -91,15 +91,20 @@ class TD3(OffPolicyAlgorithm):
             next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values
             return batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_q
 
-    def learn(self, batch: TensorDict) -> dict[str, float]:
-        q = self.critics(batch["obs"], batch["action"])  # [2, B]
-        q_loss = (q - self.q_target(batch)).pow(2).mean(1).sum()  # each critic's mean squared TD error
+    def critic_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each critic's mean squared TD error, summed; and the critics' values ``[2, B]``."""
+        q = self.critics(batch["obs"], batch["action"])
+        return (q - self.q_target(batch)).pow(2).mean(1).sum(), q
+
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        q_loss, q = self.critic_loss(batch)
         step(self.q_optimizer, q_loss)
         metrics = critic_metrics(q, q_loss)
         if self.gradient_steps % self.cfg.policy_frequency == 0:  # delayed actor and target updates
-            actor_loss = -self.critics(batch["obs"], self.policy.deterministic(batch["obs"]), members=1).mean()  # Q_1 only
+            # Q_1 only; the gradient reaches the actor, not the critic.
+            actor_loss = -self.critics(batch["obs"], self.policy.deterministic(batch["obs"]), members=1, frozen=True).mean()
             step(self.actor_optimizer, actor_loss)
             soft_update(self.policy_target, self.policy, self.cfg.tau)
             self.critics.update_targets(self.cfg.tau)
-            metrics["train/actor_loss"] = actor_loss.item()
+            metrics["train/actor_loss"] = actor_loss.detach()
         return metrics

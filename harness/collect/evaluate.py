@@ -1,14 +1,20 @@
 """Evaluation: deterministic-policy episodes, one per env, with one seed rule.
 
-Three callers share it: the first collector of an online run (every
+Four callers share it: the first collector of an online run (every
 ``eval.every_frames``, results riding on its next batch), every collector of
-an offline run (each new version, results sent to the trainer), and a
-single-process run, which evaluates in the trainer's own process.
+an offline run (each new version, results sent to the trainer), a
+single-process run, which evaluates in the trainer's own process, and
+``python -m harness.evaluate``, which evaluates a checkpoint. The first
+evaluator of a run and ``harness.evaluate`` with the run's seed play the same
+episodes. With ``eval.video_every``, the first evaluator records env 0's
+episode of every so many evaluations to ``<run_dir>/videos/``.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Optional
 
 import gymnasium as gym
 import numpy as np
@@ -16,24 +22,61 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.collect.envs import make_vec_env, to_tensor
+from harness.collect.envs import check_env_id, make_vec_env, to_tensor
+from harness.metrics import video
 from harness.metrics.stats import EvalResult
 from harness.sync.contract import Header
 
 EVAL_SEED_OFFSET = 10_000_000
 
 
-def eval_seed(seed: int, rank: int, episodes: int) -> int:
-    """The first seed of rank ``rank``'s evaluation envs. Training envs take
-    ``seed + rank * num_envs`` onwards, so evaluation never replays a training
-    episode, and no two ranks evaluate on the same episodes."""
-    return seed + EVAL_SEED_OFFSET + rank * episodes
+def eval_seed(seed: int, evaluator: int, episodes: int) -> int:
+    """The first seed of the evaluation envs of a run's ``evaluator``-th
+    evaluating rank (0: the first collector, or the single process of a
+    world-size-1 run). Training envs take ``seed + rank * num_envs`` onwards,
+    so evaluation never replays a training episode, and no two evaluators
+    play the same episodes."""
+    return seed + EVAL_SEED_OFFSET + evaluator * episodes
+
+
+class VideoSchedule:
+    """Which evaluations to record, and where: the 1st, (K+1)th, (2K+1)th ... (``every`` = K)."""
+
+    def __init__(self, directory: Path, every: int, prefix: str = "eval"):
+        self.directory, self.every, self.prefix = directory, every, prefix
+        self.count = 0
+
+    def due(self) -> bool:
+        """Counts one evaluation; whether to record it."""
+        self.count += 1
+        return (self.count - 1) % self.every == 0
+
+    def save(self, frames: list[np.ndarray], fps: float, name: str) -> Path:
+        return video.write_mp4(self.directory / f"{self.prefix}-{name}.mp4", frames, fps)
+
+
+def video_schedule(run_dir: Optional[str], every: int) -> Optional[VideoSchedule]:
+    """``eval.video_every`` = ``every`` as a schedule writing to ``<run_dir>/videos``; None for no videos."""
+    return VideoSchedule(Path(run_dir) / "videos", every) if every and run_dir else None
+
+
+def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int], render: bool) -> gym.vector.SyncVectorEnv:
+    """``episodes`` envs; with ``render``, env 0 draws RGB frames (off-screen, no display needed)."""
+    if not render:
+        return make_vec_env(env_id, episodes, max_episode_steps)
+    check_env_id(env_id)
+    video.headless_rendering()
+    makers = [lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None)
+              for i in range(episodes)]
+    return gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 @torch.no_grad()
-def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict[str, float]) -> list[float]:
+def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict[str, float],
+             frames: Optional[list[np.ndarray]] = None) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
-    the episode returns. Bounded by the envs' time limits."""
+    the episode returns. Bounded by the envs' time limits. ``frames``: append
+    env 0's picture before each of its steps (one frame per step)."""
     obs, _ = envs.reset(seed=seed)
     obs = to_tensor(obs)
     returns = np.zeros(envs.num_envs)
@@ -41,6 +84,8 @@ def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict
     space = envs.single_action_space
     low_high = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     while not finished.all():
+        if frames is not None and not finished[0]:
+            frames.append(envs.envs[0].render())
         action = policy(obs, values, deterministic=True)["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
@@ -53,14 +98,20 @@ def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict
 
 class Evaluation:
     """``episodes`` envs of ``env_id`` and a policy whose weights someone else
-    keeps current (a weight subscriber): each call evaluates them as they are."""
+    keeps current (a weight subscriber): each call evaluates them as they are.
+    ``videos``: record env 0's episode of the evaluations it says."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, episodes: int, policy: Policy, seed: int):
-        self.envs = make_vec_env(env_id, episodes, max_episode_steps)
-        self.policy, self.seed = policy, seed
+    def __init__(self, env_id: str, max_episode_steps: int | None, episodes: int, policy: Policy, seed: int,
+                 videos: Optional[VideoSchedule] = None):
+        self.envs = make_eval_envs(env_id, episodes, max_episode_steps, render=videos is not None)
+        self.policy, self.seed, self.videos = policy, seed, videos
 
     def __call__(self, header: Header) -> EvalResult:
-        returns = evaluate(self.policy, self.envs, self.seed, dict(header.values))
+        frames: Optional[list[np.ndarray]] = [] if self.videos is not None and self.videos.due() else None
+        returns = evaluate(self.policy, self.envs, self.seed, dict(header.values), frames)
+        if self.videos is not None and frames:
+            fps = self.envs.envs[0].metadata.get("render_fps") or 30
+            self.videos.save(frames, fps, f"{header.frames:012d}-v{header.version:06d}")
         return EvalResult(header.version, float(len(returns)), math.fsum(returns))
 
     def close(self) -> None:

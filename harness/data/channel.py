@@ -19,6 +19,7 @@ import time
 from datetime import timedelta
 from typing import Callable
 
+import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
@@ -36,6 +37,9 @@ class BatchSender:
     def __init__(self, group: dist.ProcessGroup, rank: int, trainer: int, template: TensorDict, timeout_s: float):
         self.group, self.rank, self.trainer, self.timeout_s = group, rank, trainer, timeout_s
         check_schema(schema(template), group=group, root=0, who=f"rank {rank} (collector)", what="batch")
+        # A collector fills and sends the same packed batch every time: find its buffer once.
+        self._batch: TensorDict | None = None
+        self._wire: torch.Tensor | None = None
 
     def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None:
         """Hand ``batch`` to the trainer; returns once it took it.
@@ -63,9 +67,14 @@ class BatchSender:
         if failure:
             raise failure[0]
 
+    def _buffer(self, batch: TensorDict) -> torch.Tensor:
+        if batch is not self._batch:
+            self._batch, self._wire = batch, buffer_of(batch)
+        return self._wire
+
     def _send(self, batch: TensorDict) -> None:
         try:
-            dist.isend(buffer_of(batch), dst=self.trainer, group=self.group).wait(timedelta(seconds=self.timeout_s))
+            dist.isend(self._buffer(batch), dst=self.trainer, group=self.group).wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             raise ChannelError(
                 f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer} "
@@ -87,6 +96,8 @@ class BatchReceiver:
         check_schema(schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch")
         self.buffers = {c: pack(template.clone()) for c in collectors}  # sync mode: one per collector
         self.any_buffer = pack(template.clone())  # async mode: whoever comes first
+        self.wires = {c: buffer_of(b) for c, b in self.buffers.items()}  # their bytes, what arrives
+        self.any_wire = buffer_of(self.any_buffer)
         self.finished: set[int] = set()  # collectors whose final message arrived
         self.last_seen = {c: time.monotonic() for c in collectors}
 
@@ -105,7 +116,7 @@ class BatchReceiver:
     def receive(self) -> list[TensorDict]:
         """One batch from every collector, in collector order (sync mode);
         valid until the next call."""
-        works = {c: dist.irecv(buffer_of(self.buffers[c]), src=c, group=self.group) for c in self.collectors}
+        works = {c: dist.irecv(self.wires[c], src=c, group=self.group) for c in self.collectors}
         deadline = time.monotonic() + self.timeout_s
         for c, work in works.items():
             try:
@@ -121,7 +132,7 @@ class BatchReceiver:
         silent = [c for c in self.collectors if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s]
         if silent:
             raise self._error(silent[0], "the other collectors kept sending")
-        work = dist.irecv(buffer_of(self.any_buffer), group=self.group)  # from any source
+        work = dist.irecv(self.any_wire, group=self.group)  # from any source
         try:
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:

@@ -18,38 +18,18 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tensordict import TensorDict
 
-FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-FORMAT = 1
-
-
-class DatasetError(ValueError):
-    """A dataset that is missing, unfinished, or for another env."""
-
-
-@dataclass
-class Meta:
-    env: str  # gymnasium id the transitions come from
-    transitions: int
-    episodes: int  # episodes that ended inside the dataset
-    behaviour_return: float  # their mean return
-    random_return: float | None = None  # reference returns for normalised scores
-    expert_return: float | None = None
-    sources: list[dict] = field(default_factory=list)  # what wrote it: policies, frames, seeds
-    format: int = FORMAT
-
-    def normalized(self, ret: float) -> float | None:
-        if self.random_return is None or self.expert_return is None or self.expert_return == self.random_return:
-            return None
-        return 100 * (ret - self.random_return) / (self.expert_return - self.random_return)
+from harness.data.format import FIELDS, FORMAT, DatasetError, Meta
+from harness.data.minari import load_minari
 
 
 def refuse_existing(path: str | Path) -> None:
+    """Refuse to write over a finished dataset."""
     if (Path(path) / "meta.json").exists():
         raise DatasetError(f"{path} already holds a dataset: pick another out= or delete it first")
 
@@ -65,6 +45,7 @@ def allocate(path: str | Path, example: TensorDict, n: int) -> TensorDict:
 
 
 def open_storage(path: str | Path) -> TensorDict:
+    """The memory-mapped transitions of a dataset directory, for writing or reading."""
     return TensorDict.load_memmap(str(Path(path) / "data"))
 
 
@@ -86,8 +67,6 @@ def load(name: str | Path, env_id: str | None = None) -> tuple[TensorDict, Meta]
     meta of a dataset directory or of ``minari:<id>``; with ``env_id``, a
     dataset from another env is refused."""
     if str(name).startswith("minari:"):
-        from harness.data.minari import load_minari
-
         data, meta = load_minari(str(name)[len("minari:") :])
     else:
         data, meta = _load_dir(Path(name))
@@ -158,3 +137,7 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
     )
     save(out, data, meta)
     return meta
+
+
+__all__ = ["FIELDS", "FORMAT", "DatasetError", "Meta", "allocate", "check_shapes", "concatenate", "finish", "load",
+           "open_storage", "refuse_existing", "save"]

@@ -14,10 +14,11 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness.data.dataset import FIELDS, DatasetError, Meta
+from harness.data.format import FIELDS, DatasetError, Meta
 
 
 def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
+    """The transitions and meta of the Minari dataset ``dataset_id`` on this machine."""
     try:
         import minari
         from minari.storage import get_dataset_path

@@ -1,4 +1,8 @@
-"""Schema handshake: both ends of a channel prove they mean the same bytes."""
+"""Schema handshake: both ends of a channel prove they mean the same bytes.
+
+Every channel (weights, batches) runs it before it exchanges anything, so its
+errors live here, below the channels: :mod:`harness.sync` re-exports them.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,14 @@ import torch
 import torch.distributed as dist
 
 from harness.packing import first_difference
-from harness.sync.contract import SchemaMismatchError, SyncError
+
+
+class HandshakeError(RuntimeError):
+    """A schema handshake could not complete: a peer is gone or stalled."""
+
+
+class SchemaMismatchError(HandshakeError):
+    """The two ends of a channel disagree on what the bytes mean."""
 
 
 def check_schema(lines: list[str], *, group: dist.ProcessGroup, root: int, who: str, what: str) -> None:
@@ -27,7 +38,7 @@ def check_schema(lines: list[str], *, group: dist.ProcessGroup, root: int, who: 
         verdicts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
         dist.all_gather(verdicts, ok, group=group)
     except RuntimeError as e:
-        raise SyncError(f"{who}: the {what} handshake with rank {root} failed: {e}") from e
+        raise HandshakeError(f"{who}: the {what} handshake with rank {root} failed: {e}") from e
     members = dist.get_process_group_ranks(group)
     bad = [rank for rank, v in zip(members, verdicts) if not int(v)]
     if not bad:

@@ -7,6 +7,7 @@ it), so each channel gets a group of its own and collectives never interleave.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -111,7 +112,8 @@ def resolve_run_dir(run_dir: str | None, runs_root: str, name: str, layout: Layo
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     if run_id != "none":
         return Path(runs_root) / f"{name}-{run_id}"
-    stamp = [time.strftime("%Y%m%d-%H%M%S")]
+    # The second alone would put two launches of the same second in one directory.
+    stamp = [f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"]
     if not layout.single_process:
         dist.broadcast_object_list(stamp, src=0)
     return Path(runs_root) / f"{name}-{stamp[0]}"

@@ -3,12 +3,63 @@
 Ranks ``0 .. T-1`` train (``T = topology.trainers``); every other rank
 collects. Collector ``c`` (counting from 0) feeds trainer ``c % T``. World
 size 1 is the debugging mode: the single rank trains and collects.
+
+Without torchrun, ``srun python -m harness.train`` starts every rank itself;
+:func:`slurm_env` then gives each one torchrun's variables, read from SLURM's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from typing import Mapping
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``node[03-05,9],gpu1`` -> ``node03``."""
+    match = re.match(r"([^,\[]*)(?:\[([^\]]+)\]([^,]*))?", nodelist)
+    assert match is not None  # the pattern matches any string
+    prefix, ranges, suffix = match.groups()
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
+def tasks_per_node(spec: str) -> list[int]:
+    """SLURM's tasks-per-node list expanded: ``2(x3),1`` -> ``[2, 2, 2, 1]``."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match is None:
+            raise ValueError(f"cannot read SLURM's tasks per node {spec!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def slurm_env(env: Mapping[str, str]) -> dict[str, str]:
+    """torchrun's variables for a rank that ``srun`` started itself, read from
+    SLURM's: ``SLURM_PROCID``, the step's task count, ``SLURM_LOCALID``,
+    ``SLURM_NODEID``, and the step's first node as the rendezvous host (where
+    rank 0 runs, as srun places tasks node by node). The port is
+    ``MASTER_PORT`` if set, else one derived from the job and step ids, so
+    that two jobs sharing a node do not meet. Empty when torchrun started this
+    process (its variables win) or no srun step did."""
+    if "RANK" in env or "SLURM_PROCID" not in env or "SLURM_STEP_NUM_TASKS" not in env:
+        return {}
+    node = int(env.get("SLURM_NODEID", 0))
+    per_node = tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", env["SLURM_STEP_NUM_TASKS"]))
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
+    job, step = (int(v) if v.isdigit() else 0 for v in (env.get("SLURM_JOB_ID", "0"), env.get("SLURM_STEP_ID", "0")))
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "WORLD_SIZE": env["SLURM_STEP_NUM_TASKS"],
+        "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "LOCAL_WORLD_SIZE": str(per_node[min(node, len(per_node) - 1)]),
+        "GROUP_RANK": str(node),
+        "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodes),
+        "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + (job * 7 + step) % 20000),
+    }
 
 
 class LayoutError(ValueError):

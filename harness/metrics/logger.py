@@ -1,4 +1,5 @@
-"""Trainer 0's metrics: a CSV file in the run directory and a console line.
+"""Trainer 0's metrics: a CSV file in the run directory, the console
+progress, and wandb and TensorBoard on request (``logger.backends``).
 
 The CSV is the embedded default and is always written: a header row, then one
 row per log step. A key that first appears later (an algorithm diagnostic that
@@ -8,10 +9,10 @@ starts after warm-up, say) widens the header; the file is rewritten once.
 from __future__ import annotations
 
 import csv
-import math
-import sys
 import time
 from pathlib import Path
+
+from harness.metrics.console import make_console
 
 
 class CSVLog:
@@ -21,6 +22,7 @@ class CSVLog:
 
     def __init__(self, path: Path, resume_step: int = 0, step: str = "frames"):
         self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
         self.columns: list[str] = []
         self.rows: list[dict] = []
         if resume_step and path.exists():
@@ -49,47 +51,65 @@ class CSVLog:
                 csv.DictWriter(f, self.columns).writerow(row)
 
 
-class ConsoleProgress:
-    """One line per log step: frames (or gradient steps) of total, speed, return, ETA."""
+class VideoFiles:
+    """New ``*.mp4`` files in a directory since the last look (evaluation
+    videos that a collector wrote), each with the step in its name."""
 
-    def __init__(self, total_frames: int, stream=sys.stdout, step: str = "frames"):
-        self.total, self.stream, self.step = total_frames, stream, step
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.seen = set(directory.glob("*.mp4")) if directory.exists() else set()  # a resumed run's are old news
 
-    def write(self, row: dict[str, float]) -> None:
-        frames, elapsed = row[self.step], row["time_s"]
-        fps = frames / elapsed if elapsed > 0 else 0.0
-        eta = max(self.total - frames, 0) / fps if fps > 0 else math.inf
-        ret = row.get("train/episode_return", row.get("eval/return"))
-        ret_text = f"{ret:8.1f}" if ret is not None and not math.isnan(ret) else "       -"
-        eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if math.isfinite(eta) else "--:--:--"
-        print(
-            f"[{100 * frames / self.total:5.1f}%] {self.step.replace('_', ' ')} {int(frames):>9,}/{self.total:,} | "
-            f"{fps:8,.0f} /s | return {ret_text} | eta {eta_text}",
-            file=self.stream,
-            flush=True,
-        )
+    def new(self) -> list[Path]:
+        if not self.directory.exists():
+            return []
+        found = sorted(set(self.directory.glob("*.mp4")) - self.seen)
+        self.seen.update(found)
+        return found
 
 
 class MetricsLogger:
-    """Trainer 0's sinks: the CSV, the console line, and wandb if asked for."""
+    """Trainer 0's sinks: the CSV (always), the console progress, and any of
+    wandb and TensorBoard (``logger.backends``); new evaluation videos go to
+    the sinks that take videos, at the row's step."""
 
     def __init__(self, run_dir: Path, total: int, cfg, config: dict | None = None, resume_step: int = 0, step: str = "frames"):
         self.step = step
         csv_log = CSVLog(run_dir / "metrics.csv", resume_step, step)
+        resumed_s = float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0
         # A resumed run's clock continues from its last kept row.
-        self.start = time.monotonic() - (float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0)
-        self.sinks = [csv_log] + ([ConsoleProgress(total, step=step)] if cfg.console else [])
-        if cfg.backend == "wandb":
+        self.start = time.monotonic() - resumed_s
+        self.sinks: list = [csv_log]
+        self.console = make_console(total, step, (resume_step, resumed_s)) if cfg.console else None
+        if "tensorboard" in cfg.backends:
+            from harness.metrics.tensorboard_sink import TensorBoardSink
+
+            self.sinks.append(TensorBoardSink(run_dir, step, resume_step))
+        if "wandb" in cfg.backends:
             from harness.metrics.wandb_sink import WandbSink
 
             self.sinks.append(WandbSink(run_dir, config or {}, cfg, step))
+        self.videos = VideoFiles(run_dir / "videos")
 
     def close(self) -> None:
+        if self.console is not None:
+            self.console.close()  # first: what the other sinks print goes below the bar
         for sink in self.sinks:
             if hasattr(sink, "close"):
                 sink.close()
+
+    def tick(self, step: int) -> None:
+        """Between rows, after every update: move the progress bar."""
+        if self.console is not None:
+            self.console.tick(step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {self.step: step, "time_s": round(time.monotonic() - self.start, 3), **metrics}
         for sink in self.sinks:
             sink.write(row)
+        if self.console is not None:
+            self.console.tick(step)
+            self.console.write(row)
+        for path in self.videos.new():
+            for sink in self.sinks:
+                if hasattr(sink, "write_video"):
+                    sink.write_video(path, step)

@@ -8,7 +8,7 @@ import torch
 
 from harness.algos import ALGOS
 from harness.collect.envs import make_vec_env, spec_of
-from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed
+from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed, video_schedule
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config
 from harness.data.channel import BatchSender
@@ -35,11 +35,13 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
 
 
 def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutCollector) -> Optional[PeriodicEvaluation]:
-    """Only the first collector evaluates, so each evaluation is counted once."""
+    """Only the first collector evaluates, so each evaluation is counted once
+    (and, with ``eval.video_every``, records the videos)."""
     if not cfg.eval.every_frames or not (layout.single_process or layout.rank == layout.trainers):
         return None
-    seed = eval_seed(cfg.seed, layout.rank, cfg.eval.episodes)
-    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed)
+    seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
+    videos = video_schedule(cfg.run_dir, cfg.eval.video_every)
+    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed, videos)
     return PeriodicEvaluation(evaluation, cfg.eval.every_frames)
 
 

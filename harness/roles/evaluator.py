@@ -13,7 +13,7 @@ from tensordict import TensorDict
 
 from harness.algos import ALGOS
 from harness.collect.envs import env_spec
-from harness.collect.evaluate import Evaluation, eval_seed
+from harness.collect.evaluate import Evaluation, eval_seed, video_schedule
 from harness.collect.rollout import STATS
 from harness.config import Config
 from harness.data.channel import BatchSender
@@ -36,8 +36,10 @@ def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Eva
     algo = ALGOS[cfg.algo.name]
     policy = algo.make_policy(cfg.algo, env_spec(cfg.env.id, cfg.env.max_episode_steps))
     subscriber.connect({"policy": policy}, algo.header_values)
-    seed = eval_seed(cfg.seed, rank, cfg.eval.episodes)
-    return Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, policy, seed)
+    evaluator = max(rank - cfg.topology.trainers, 0)  # 0: the first collector, or a single process
+    seed = eval_seed(cfg.seed, evaluator, cfg.eval.episodes)
+    videos = video_schedule(cfg.run_dir, cfg.eval.video_every) if evaluator == 0 else None
+    return Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, policy, seed, videos)
 
 
 def run_evaluator(cfg: Config, layout: Layout, groups: Groups) -> None:

@@ -64,7 +64,9 @@ class Trainer:
         self.publisher = self.connected.publisher
         self.logger = None
         if layout.rank == 0:
-            config = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+            # What config.yaml holds, interpolations unresolved: no secret reaches wandb either.
+            saved = run_dir / "config.yaml"
+            config = OmegaConf.to_container(OmegaConf.load(saved), resolve=False) if saved.exists() else {}
             self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit)
         self.stats = RolloutStats()
         self.eval_stats = EvalStats()

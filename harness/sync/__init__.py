@@ -2,27 +2,36 @@
 
 Each scheme is one module with ``make_publisher`` and ``make_subscriber``
 that assemble :mod:`harness.sync.endpoints` from transports
-(:mod:`~harness.sync.broadcast`, :mod:`~harness.sync.shared_memory`).
+(:mod:`~harness.sync.broadcast`, :mod:`~harness.sync.shared_memory`), which
+are the sinks and sources of :mod:`harness.sync.contract`; what travels is a
+:class:`~harness.sync.payload.Payload`.
 Adding one: a module, a line in ``SCHEMES``, a ``conf/sync/<name>.yaml``.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from harness.distributed.handshake import HandshakeError, SchemaMismatchError
+from harness.distributed.setup import Groups
 from harness.sync import gloo, hierarchical, nccl, none, shm
-from harness.sync.contract import Endpoint, Header, SchemaMismatchError, SyncError, WeightPublisher, WeightSubscriber
+from harness.sync.contract import Endpoint, Header, SyncError, WeightPublisher, WeightSubscriber
+
+if TYPE_CHECKING:  # harness.sync.config checks names against SCHEMES, so only for type checkers
+    from harness.sync.config import SyncConfig
 
 SCHEMES = {"gloo": gloo, "nccl": nccl, "shm": shm, "hierarchical": hierarchical, "none": none}
 
 
-def make_publisher(cfg, rank: int, groups) -> WeightPublisher:
-    """Trainer 0's end of the scheme ``cfg.name`` (a :class:`SyncConfig`)."""
+def make_publisher(cfg: SyncConfig, rank: int, groups: Groups) -> WeightPublisher:
+    """Trainer 0's end of the scheme ``cfg.name``."""
     return SCHEMES[cfg.name].make_publisher(Endpoint(rank, "trainer", cfg.name), cfg, groups)
 
 
-def make_subscriber(cfg, rank: int, groups) -> WeightSubscriber:
+def make_subscriber(cfg: SyncConfig, rank: int, groups: Groups) -> WeightSubscriber:
     """A collector's end of the scheme ``cfg.name``."""
     return SCHEMES[cfg.name].make_subscriber(Endpoint(rank, "collector", cfg.name), cfg, groups)
 
 
-__all__ = ["SCHEMES", "Endpoint", "Header", "SchemaMismatchError", "SyncError", "WeightPublisher",
+__all__ = ["SCHEMES", "Endpoint", "HandshakeError", "Header", "SchemaMismatchError", "SyncError", "WeightPublisher",
            "WeightSubscriber", "make_publisher", "make_subscriber"]

@@ -8,23 +8,36 @@ lands while the collector steps its envs.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Callable
 
 import torch.distributed as dist
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 
-from harness.sync.contract import Endpoint, Header, Payload, SyncError
+from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
+from harness.sync.payload import Payload
 
 
-class BroadcastSink:
-    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, timeout_s: float):
-        self.endpoint, self.group, self.timeout_s = endpoint, group, timeout_s
-        self._work = None
+class _BroadcastEnd:
+    """What both ends hold: who they are, their group, their payload and the
+    broadcast in flight on it."""
 
-    def open(self, make_payload: Callable[[], Payload]) -> None:
+    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup):
+        self.endpoint, self.group = endpoint, group
+        self._work: dist.Work | None = None
+        self.payload: Payload | None = None
+
+    def open(self, make_payload: PayloadFactory) -> None:
         self.payload = make_payload()
 
-    def write(self, weights: TensorDict, header: Header) -> None:
+
+class BroadcastSink(_BroadcastEnd):
+    """Trainer 0's end (a :class:`~harness.sync.contract.Sink`): one broadcast
+    of the payload per write."""
+
+    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, timeout_s: float):
+        super().__init__(endpoint, group)
+        self.timeout_s = timeout_s
+
+    def write(self, weights: TensorDictBase, header: Header) -> None:
         self.finish()  # the previous broadcast still reads the buffer
         self.payload.write(weights, header)
         self._work = dist.broadcast(self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True)
@@ -45,17 +58,20 @@ class BroadcastSink:
     close = finish
 
 
-class BroadcastSource:
-    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, root: int):
-        self.endpoint, self.group, self.root = endpoint, group, root
-        self._work = None
+class BroadcastSource(_BroadcastEnd):
+    """A receiver's end (a :class:`~harness.sync.contract.Source`): the
+    broadcast lands in its payload, which is its staging buffer."""
 
-    def open(self, make_payload: Callable[[], Payload]) -> None:
-        self.staging = make_payload()
+    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, root: int):
+        super().__init__(endpoint, group)
+        self.root = root
+
+    def open(self, make_payload: PayloadFactory) -> None:
+        super().open(make_payload)
         self._post()
 
     def _post(self) -> None:
-        self._work = dist.broadcast(self.staging.buffer, src=self.root, group=self.group, async_op=True)
+        self._work = dist.broadcast(self.payload.buffer, src=self.root, group=self.group, async_op=True)
 
     @property
     def exhausted(self) -> bool:
@@ -63,8 +79,8 @@ class BroadcastSource:
         return self._work is None
 
     def _apply(self, live: Payload) -> Header:
-        header = self.staging.header()
-        live.copy_from(self.staging)
+        header = self.payload.header()
+        live.copy_from(self.payload)
         if header.stop:
             self._work = None
         else:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.sync import SCHEMES
+
 WIRE_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
 
@@ -20,8 +22,6 @@ class SyncConfig:
     publish_every_updates: int = 1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
 
     def __post_init__(self) -> None:
-        from harness.sync import SCHEMES  # the registry imports this module
-
         if self.name not in SCHEMES:
             raise ValueError(f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}")
         if self.timeout_s <= 0:
@@ -38,4 +38,5 @@ class SyncConfig:
 
     @property
     def torch_wire_dtype(self) -> torch.dtype | None:
+        """The dtype float32 weights travel as; None: as they are."""
         return WIRE_DTYPES[self.wire_dtype]

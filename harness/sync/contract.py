@@ -1,10 +1,15 @@
 """The weight sync contract that every scheme implements.
 
 Trainer 0 owns a :class:`WeightPublisher`; each collector owns a
-:class:`WeightSubscriber`. Every publish carries one :class:`Payload`: the
-weights of one or more models and a small header, packed into a single buffer.
+:class:`WeightSubscriber`. Every publish carries one
+:class:`~harness.sync.payload.Payload`: the weights of one or more models and
+a small :class:`Header`, packed into a single buffer. A scheme assembles its
+two ends from transports: a :class:`Sink` that a publisher writes to and a
+:class:`Source` that a subscriber applies from (see
+:mod:`harness.sync.endpoints`).
 
-Guarantees (``shared/DESIGN.md``), which each scheme's tests prove:
+Guarantees (docs/design.md, "Weight sync schemes: the contract"), which each
+scheme's tests prove:
 
 1. Never torn: an update is received into a staging buffer and applied with one
    copy, between env steps, so a collector never acts with a mix of versions.
@@ -20,22 +25,20 @@ Guarantees (``shared/DESIGN.md``), which each scheme's tests prove:
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-import torch
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 from torch import nn
 
-from harness.packing import buffer_of, flat_region, pack, schema
+from harness.distributed.handshake import SchemaMismatchError
+from harness.sync.payload import Header, Payload
+
+PayloadFactory = Callable[[], Payload]  # a fresh payload of the connected layout
 
 
 class SyncError(RuntimeError):
     """A weight sync wait expired or a peer went away."""
-
-
-class SchemaMismatchError(SyncError):
-    """The two ends of a channel disagree on what the bytes mean."""
 
 
 @dataclass(frozen=True)
@@ -50,137 +53,41 @@ class Endpoint:
         return f"rank {self.rank} ({self.role}, sync={self.scheme})"
 
 
-@dataclass(frozen=True)
-class Header:
-    """The small control block that travels with every publish."""
+@runtime_checkable
+class Sink(Protocol):
+    """Where a publisher (or a node leader forwarding what it applied) puts
+    each update: a broadcast to receivers, a shared-memory segment."""
 
-    version: int
-    frames: int = 0
-    stop: bool = False
-    values: Mapping[str, float] = field(default_factory=dict)
+    def open(self, make_payload: PayloadFactory) -> None:
+        """Allocate what the transport needs, once the payload's layout is agreed."""
 
+    def write(self, weights: TensorDictBase, header: Header) -> None:
+        """Send ``weights`` (laid out as the payload's ``weights``) stamped with ``header``."""
 
-class Payload:
-    """Models' weights plus a header, packed into one uint8 buffer.
-
-    ``models`` maps a name to a module (for example ``{"policy": actor,
-    "obs_norm": normaliser}``); every parameter and buffer of each travels.
-    ``value_names`` are the named floats the header carries (DQN's
-    ``epsilon``). ``wire_dtype`` stores float32 leaves as, say, bfloat16 to
-    halve the bytes; ``device`` and ``pin`` place the buffer (CUDA for NCCL,
-    pinned CPU memory to stage a GPU trainer's weights for Gloo).
-    """
-
-    def __init__(
-        self,
-        models: Mapping[str, nn.Module],
-        value_names: Sequence[str] = (),
-        wire_dtype: torch.dtype | None = None,
-        device: torch.device | str = "cpu",
-        pin: bool = False,
-    ):
-        weights = TensorDict({name: TensorDict.from_module(m) for name, m in models.items()}).detach()
-        weights = weights.apply(lambda t: t.to(device=device, dtype=_wire(t.dtype, wire_dtype)))
-        header = TensorDict(
-            version=torch.zeros((), dtype=torch.int64),
-            frames=torch.zeros((), dtype=torch.int64),
-            stop=torch.zeros((), dtype=torch.bool),
-            values=TensorDict({n: torch.zeros((), dtype=torch.float64) for n in value_names}),
-            device=device,
-        )
-        td = TensorDict(weights=weights, header=header, device=device)
-        self.td = td.consolidate(pin_memory=pin) if pin else pack(td)
-        self.buffer = buffer_of(self.td)
-        self.value_names = tuple(value_names)
-        self.schema = schema(self.td)
-
-    def rebase(self, buffer: torch.Tensor) -> "Payload":
-        """The same layout over another uint8 buffer of the same size (a shared
-        memory slot, say): writing there needs no staging copy."""
-        if buffer.numel() != self.buffer.numel():
-            raise ValueError(f"rebase needs {self.buffer.numel()} bytes, got {buffer.numel()}")
-        base = self.buffer.data_ptr()
-
-        def view(t: torch.Tensor) -> torch.Tensor:
-            start = t.data_ptr() - base
-            return buffer[start : start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
-
-        other = object.__new__(Payload)
-        other.td, other.buffer = self.td.apply(view), buffer
-        other.value_names, other.schema = self.value_names, self.schema
-        return other
-
-    def bind(self, models: Mapping[str, nn.Module]) -> None:
-        """Make the models' parameters views into this payload's buffer, so that
-        copying a received buffer into it is the whole apply step."""
-        for name, module in models.items():
-            self.td["weights", name].to_module(module)
-            module.requires_grad_(False)
-        # The models' own tensors, in the payload's leaf order, for alias().
-        bound = TensorDict({name: TensorDict.from_module(m) for name, m in models.items()})
-        self._keys = list(self.td["weights"].keys(include_nested=True, leaves_only=True))
-        self._bound = [bound[k] for k in self._keys]
-
-    def alias(self, other: "Payload") -> None:
-        """Apply ``other`` (same schema) without copying: point the bound
-        models' parameters and buffers at its bytes. They read ``other``'s
-        memory from now on, so its owner must keep it unchanged meanwhile."""
-        views = other._views_for(self._keys)
-        for tensor, view in zip(self._bound, views):
-            tensor.data = view
-
-    def _views_for(self, keys: list) -> list[torch.Tensor]:
-        if getattr(self, "_views_keys", None) is not keys:  # looked up once per reader
-            self._views_keys, self._views = keys, [self.td["weights"][k] for k in keys]
-        return self._views
-
-    def copy_from(self, other: "Payload") -> None:
-        """Apply a received payload: one flat copy, or per leaf with a cast
-        when the wire dtype differs from the live one."""
-        if other.buffer.numel() == self.buffer.numel() and other.schema == self.schema:
-            self.buffer.copy_(other.buffer, non_blocking=False)
-        else:
-            self.td.copy_(other.td)
-
-    def write(self, weights: TensorDict, header: Header) -> None:
-        if getattr(self, "_flat_for", None) is not weights:  # decided once per source
-            self._flat_for, self._flat = weights, flat_region(weights, self.td["weights"])
-        if self._flat is not None:
-            self._flat[1].copy_(self._flat[0])  # source packed like us: one copy
-        else:
-            self.td["weights"].copy_(weights)
-        self.write_header(header)
-
-    def write_header(self, header: Header) -> None:
-        if set(header.values) != set(self.value_names):
-            raise ValueError(
-                f"header values {sorted(header.values)} do not match the payload's "
-                f"{sorted(self.value_names)} (declared at connect)"
-            )
-        h = self.td["header"]
-        h["version"].fill_(header.version)
-        h["frames"].fill_(header.frames)
-        h["stop"].fill_(header.stop)
-        for name, value in header.values.items():
-            h["values", name].fill_(value)
-
-    def header(self) -> Header:
-        h = self.td["header"].cpu()
-        return Header(
-            version=int(h["version"]),
-            frames=int(h["frames"]),
-            stop=bool(h["stop"]),
-            values={n: float(h["values", n]) for n in self.value_names},
-        )
+    def close(self) -> None:
+        """Finish what is in flight and release the transport."""
 
 
-def _wire(dtype: torch.dtype, wire_dtype: torch.dtype | None) -> torch.dtype:
-    return wire_dtype if wire_dtype is not None and dtype == torch.float32 else dtype
+@runtime_checkable
+class Source(Protocol):
+    """Where a subscriber's updates come from; it applies them into ``live``,
+    the payload its models view, only when asked to."""
 
+    @property
+    def exhausted(self) -> bool:
+        """The publisher sent its stop: nothing more will come."""
 
-def weights_of(models: Mapping[str, nn.Module]) -> TensorDict:
-    """A TensorDict that references the models' live parameters (no copy)."""
-    return TensorDict({name: TensorDict.from_module(m) for name, m in models.items()})
+    def open(self, make_payload: PayloadFactory) -> None:
+        """Allocate staging and start receiving, once the layout is agreed."""
+
+    def poll_into(self, live: Payload) -> Header | None:
+        """Apply the next complete update, if one arrived; never blocks."""
+
+    def wait_into(self, live: Payload, timeout_s: float) -> Header:
+        """Apply the next update, waiting up to ``timeout_s``; :class:`SyncError` after."""
+
+    def close(self) -> None:
+        """Cancel what is pending and release the transport."""
 
 
 class WeightPublisher(abc.ABC):
@@ -228,9 +135,14 @@ class WeightSubscriber(abc.ABC):
         """Cancel pending receives and release resources."""
 
     def timeout_error(self, what: str, timeout_s: float, cause: BaseException | None = None) -> SyncError:
+        """The error for a wait that expired: who waited, for what, for how long."""
         return SyncError(
             f"{self.endpoint} waited {timeout_s:g} s for {what} and gave up "
             f"(newest applied version: {self.version}). Is trainer 0 alive? "
             f"Raise sync.timeout_s if it is just slow."
             + (f" Cause: {cause}" if cause else "")
         )
+
+
+__all__ = ["Endpoint", "Header", "PayloadFactory", "SchemaMismatchError", "Sink", "Source", "SyncError",
+           "WeightPublisher", "WeightSubscriber"]

@@ -2,10 +2,8 @@
 scheme is: the publisher writes the current weights to its sinks; the
 subscriber applies what its source delivers into the buffer its models view,
 and may forward it to a sink of its own (a node leader in ``hierarchical``).
-
-Sinks: ``open(make_payload)``, ``write(weights, header)``, ``close()``.
-Sources: ``open(make_payload)``, ``poll_into(live)``, ``wait_into(live, timeout_s)``,
-``exhausted``, ``close()``.
+Sinks and sources are :class:`~harness.sync.contract.Sink` and
+:class:`~harness.sync.contract.Source`.
 """
 
 from __future__ import annotations
@@ -18,15 +16,18 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.distributed.handshake import check_schema
-from harness.sync.contract import Endpoint, Header, Payload, SyncError, WeightPublisher, WeightSubscriber, weights_of
+from harness.sync.contract import Endpoint, Header, Sink, Source, SyncError, WeightPublisher, WeightSubscriber
+from harness.sync.payload import Payload, weights_of
 
 
 class Publisher(WeightPublisher):
+    """Trainer 0's end: every publish goes to each of ``sinks``."""
+
     def __init__(
         self,
         endpoint: Endpoint,
         timeout_s: float,
-        sinks: list,
+        sinks: list[Sink],
         handshake_group: dist.ProcessGroup,
         wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
@@ -45,7 +46,7 @@ class Publisher(WeightPublisher):
         pin = self.device == "cpu" and torch.cuda.is_available()
 
         def make_payload() -> Payload:
-            return Payload(models, value_names, self.wire_dtype, self.device, pin)
+            return Payload.from_models(models, value_names, self.wire_dtype, self.device, pin)
 
         template = make_payload()
         self.payload_bytes = template.buffer.numel()
@@ -64,14 +65,17 @@ class Publisher(WeightPublisher):
 
 
 class Subscriber(WeightSubscriber):
+    """A collector's end: applies what ``source`` delivers, then hands it to
+    ``forward`` if it has one."""
+
     def __init__(
         self,
         endpoint: Endpoint,
         timeout_s: float,
-        source,
+        source: Source,
         handshake_group: dist.ProcessGroup,
         publisher_rank: int = 0,
-        forward=None,
+        forward: Sink | None = None,
         wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
         before_source: Callable[[], None] = lambda: None,
@@ -85,11 +89,12 @@ class Subscriber(WeightSubscriber):
 
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models
+
         def make_payload() -> Payload:
-            return Payload(models, value_names, self.wire_dtype, self.device)
+            return Payload.from_models(models, value_names, self.wire_dtype, self.device)
 
         check_schema(make_payload().schema, group=self.group, root=self.publisher_rank, who=str(self.endpoint), what="weights")
-        self.live = Payload(models, value_names, device=self.device)
+        self.live = Payload.from_models(models, value_names, device=self.device)
         if self.forward is not None:
             self.forward.open(make_payload)
         self.before_source()

@@ -5,11 +5,15 @@ with CPU collectors (the payload is staged in pinned CPU memory)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.distributed.setup import Groups
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.config import SyncConfig
 from harness.sync.contract import Endpoint
 from harness.sync.endpoints import Publisher, Subscriber
+
+if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
+    from harness.sync.config import SyncConfig
 
 
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:

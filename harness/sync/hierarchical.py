@@ -8,15 +8,19 @@ segment for the other collectors of its node.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch.distributed as dist
 
 from harness.distributed.setup import Groups
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.config import SyncConfig
 from harness.sync.contract import Endpoint
 from harness.sync.endpoints import Publisher, Subscriber
 from harness.sync.shared_memory import ShmSink, ShmSource
 from harness.sync.shm import exchange_segment_names
+
+if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
+    from harness.sync.config import SyncConfig
 
 
 def _collectors(groups: Groups) -> list[int]:

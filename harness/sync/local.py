@@ -11,7 +11,8 @@ from typing import Mapping, Sequence
 from torch import nn
 
 from harness.packing import first_difference
-from harness.sync.contract import Endpoint, Header, Payload, SyncError, WeightPublisher, WeightSubscriber, weights_of
+from harness.sync.contract import Endpoint, Header, SyncError, WeightPublisher, WeightSubscriber
+from harness.sync.payload import Payload, weights_of
 
 
 class _Mailbox:
@@ -20,13 +21,15 @@ class _Mailbox:
 
 
 class LocalPublisher(WeightPublisher):
+    """Trainer 0's end: a publish overwrites the mailbox's payload."""
+
     def __init__(self, endpoint: Endpoint, timeout_s: float, mailbox: _Mailbox):
         super().__init__(endpoint, timeout_s)
         self.mailbox = mailbox
 
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         self.source = weights_of(models)
-        self.mailbox.payload = Payload(models, value_names)
+        self.mailbox.payload = Payload.from_models(models, value_names)
         self.payload_bytes = self.mailbox.payload.buffer.numel()
 
     def publish(self, header: Header) -> None:
@@ -35,6 +38,8 @@ class LocalPublisher(WeightPublisher):
 
 
 class LocalSubscriber(WeightSubscriber):
+    """The collector's end: applies the mailbox's payload with one copy."""
+
     def __init__(self, endpoint: Endpoint, timeout_s: float, mailbox: _Mailbox):
         super().__init__(endpoint, timeout_s)
         self.mailbox = mailbox
@@ -42,7 +47,7 @@ class LocalSubscriber(WeightSubscriber):
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         if self.mailbox.payload is None:
             raise SyncError(f"{self.endpoint}: connect the publisher first")
-        self.live = Payload(models, value_names)
+        self.live = Payload.from_models(models, value_names)
         if self.live.schema != self.mailbox.payload.schema:
             raise SyncError(f"{self.endpoint}: schema differs: {first_difference(self.live.schema, self.mailbox.payload.schema)}")
         self.live.bind(models)

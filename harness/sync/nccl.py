@@ -3,13 +3,17 @@ group of its own; collectors' models live on their GPU."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from harness.distributed.setup import Groups
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.config import SyncConfig
 from harness.sync.contract import Endpoint, SyncError
 from harness.sync.endpoints import Publisher, Subscriber
+
+if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
+    from harness.sync.config import SyncConfig
 
 
 def _device(endpoint: Endpoint, groups: Groups) -> str:

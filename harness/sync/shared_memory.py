@@ -40,13 +40,13 @@ import struct
 import time
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 
-from harness.sync.contract import Header, Payload, SyncError
+from harness.sync.contract import Header, PayloadFactory, SyncError
+from harness.sync.payload import Payload
 
 LATEST, PID, SLOTS, VERSION = 0, 1, 2, 3  # control words
 PREFIX = f"harness-{os.getuid()}-"
@@ -161,18 +161,20 @@ class Segment:
 
 
 class ShmSink:
-    """The writer of a node's segment, for ``readers`` readers."""
+    """The writer of a node's segment, for ``readers`` readers (a
+    :class:`~harness.sync.contract.Sink`)."""
 
     def __init__(self, node: int, readers: int):
         self.node, self.readers = node, readers
         self.segment: Segment | None = None
+        self.slot_payloads: list[Payload] = []
 
-    def open(self, make_payload: Callable[[], Payload]) -> None:
+    def open(self, make_payload: PayloadFactory) -> None:
         payload = make_payload()
         self.segment = Segment.create(payload.buffer.numel(), self.readers + 2, self.node)
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
-    def write(self, weights: TensorDict, header: Header) -> None:
+    def write(self, weights: TensorDictBase, header: Header) -> None:
         segment, control = self.segment, self.segment.control
         latest = int(control[LATEST])
         others = sorted((s for s in range(len(segment.slots)) if s != latest), key=lambda s: control[VERSION + s])
@@ -194,22 +196,23 @@ class ShmSink:
 
 
 class ShmSource:
-    """A reader of a node's segment."""
+    """A reader of a node's segment (a :class:`~harness.sync.contract.Source`)."""
 
     def __init__(self, poll_interval_s: float):
         self.poll_interval_s = poll_interval_s
         self.version = -1
         self.exhausted = False
         self.segment: Segment | None = None
+        self.slot_payloads: list[Payload] = []
         self.pinned: int | None = None  # the slot whose lock we hold (the one the policy views)
 
     def attach(self, name: str) -> None:
         self.name = name
 
-    def open(self, make_payload: Callable[[], Payload]) -> None:
-        self.staging = make_payload()
-        self.segment = Segment.attach(self.name, self.staging.buffer.numel())
-        self.slot_payloads = [self.staging.rebase(slot) for slot in self.segment.slots]
+    def open(self, make_payload: PayloadFactory) -> None:
+        template = make_payload()
+        self.segment = Segment.attach(self.name, template.buffer.numel())
+        self.slot_payloads = [template.rebase(slot) for slot in self.segment.slots]
 
     def _pin_latest(self) -> int:
         """Move our lock to the latest slot; the writer may retire it meanwhile, so retry."""

@@ -4,13 +4,17 @@ trainer never waits for a reader; a reader never sees a torn update."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch.distributed as dist
 
 from harness.distributed.setup import Groups
-from harness.sync.config import SyncConfig
 from harness.sync.contract import Endpoint, SyncError
 from harness.sync.endpoints import Publisher, Subscriber
 from harness.sync.shared_memory import ShmSink, ShmSource
+
+if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
+    from harness.sync.config import SyncConfig
 
 
 def exchange_segment_names(groups: Groups, node: int, sink: ShmSink | None) -> dict[int, str]:

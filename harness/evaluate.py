@@ -1,0 +1,104 @@
+"""Evaluate a trained run: ``python -m harness.evaluate RUN_DIR [key=value ...]``.
+
+    python -m harness.evaluate runs/ppo-CartPole-v1-abc                # the newest valid checkpoint
+    python -m harness.evaluate runs/ppo-CartPole-v1-abc episodes=20 video=true
+    python -m harness.evaluate runs/ppo-CartPole-v1-abc step=100352 seed=7
+
+Loads the run's newest valid checkpoint (or the one at ``step``) onto the
+CPU, wherever it was trained, runs deterministic-policy episodes and prints
+the mean ± standard deviation of their returns. With the run's own seed (the
+default) and episode count, the episodes are those of the run's evaluations
+(:func:`harness.collect.evaluate.eval_seed`), so a checkpoint scores what the
+run logged for it. ``video=true`` also writes the first episode to
+``<run_dir>/videos/evaluate-<step>.mp4``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from harness import checkpoint
+from harness.collect.evaluate import eval_seed, evaluate, make_eval_envs
+from harness.metrics import video
+from harness.policies import load_policy
+
+USAGE = "usage: python -m harness.evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
+
+
+@dataclass
+class Options:
+    """What to evaluate and how; unset fields take the run's own values."""
+
+    run_dir: Path
+    episodes: Optional[int] = None  # default: the run's eval.episodes
+    step: Optional[int] = None  # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
+    seed: Optional[int] = None  # default: the run's seed, hence its evaluations' episodes
+    video: bool = False  # write the first episode to <run_dir>/videos/evaluate-<step>.mp4
+
+
+def parse(argv: list[str]) -> Options:
+    """``RUN_DIR key=value ...``; an unknown key or a missing run directory is an error that says what is wrong."""
+    if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
+        raise SystemExit(USAGE)
+    options = Options(Path(argv[0]))
+    given = OmegaConf.from_dotlist(argv[1:])
+    for key, value in given.items():
+        if key not in ("episodes", "step", "seed", "video"):
+            raise SystemExit(f"{key}= is not an option of harness.evaluate\n{USAGE}")
+        setattr(options, str(key), bool(value) if key == "video" else int(value))
+    if not (options.run_dir / "config.yaml").exists():
+        raise SystemExit(f"{options.run_dir} is not a run directory (no config.yaml)\n{USAGE}")
+    return options
+
+
+def checkpoint_at(run_dir: Path, step: int) -> Path:
+    path = checkpoint.checkpoint_dir(run_dir) / f"step-{step:012d}"
+    if not (path / "state.pt").exists():
+        have = sorted(int(p.name.split("-")[1]) for p in checkpoint.checkpoint_dir(run_dir).glob("step-*"))
+        raise SystemExit(f"{run_dir} has no checkpoint at step {step}; it has: {have or 'none'}")
+    return path
+
+
+def run(options: Options) -> list[float]:
+    """Evaluate as ``options`` say; prints the result and returns every episode's return."""
+    run_cfg = OmegaConf.load(options.run_dir / "config.yaml")
+    env_id, max_steps = run_cfg.env.id, run_cfg.env.get("max_episode_steps")
+    where = options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
+    policy, values, info = load_policy(str(where), env_id)
+    episodes = options.episodes or int(run_cfg.eval.episodes)
+    seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)
+    envs = make_eval_envs(env_id, episodes, max_steps, render=options.video)
+    frames: Optional[list[np.ndarray]] = [] if options.video else None
+    try:
+        returns = evaluate(policy, envs, seed, values, frames)
+        fps = envs.envs[0].metadata.get("render_fps") or 30
+    finally:
+        envs.close()
+    name = Path(info["policy"]).name
+    print(f"{env_id} {name}: return {np.mean(returns):.2f} ± {np.std(returns):.2f} over {episodes} deterministic "
+          f"episodes (seed {seed})", flush=True)
+    if frames:
+        path = video.write_mp4(options.run_dir / "videos" / f"evaluate-{name}.mp4", frames, fps)
+        print(f"video: {path} ({len(frames)} frames)", flush=True)
+    return returns
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    options = parse(sys.argv[1:] if argv is None else argv)
+    if options.video:
+        try:
+            video.check_video_support()
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+    run(options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

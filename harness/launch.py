@@ -1,0 +1,88 @@
+"""torchrun with Ctrl-C as people expect it: ``python -m harness.launch [torchrun arguments]``.
+
+    python -m harness.launch --standalone --nproc_per_node=3 -m harness.train [overrides]
+
+It is torchrun (the same arguments, the same agent), except for SIGINT.
+torchrun starts its workers in sessions of their own, so a terminal's Ctrl-C
+reaches only the agent, which raises in its own main loop, forwards the signal
+and prints a traceback. Here torchrun is told not to handle SIGINT (every other
+signal it handles as before), and this process does instead:
+
+- the first Ctrl-C is passed on to every worker, where it means what SIGTERM
+  means (:mod:`harness.distributed.signals`: checkpoint at the next safe
+  point, stop, and trainer 0 says how to resume); the workers exit cleanly and
+  so does the agent, with exit status 130;
+- a second Ctrl-C ends the workers at once (SIGKILL: a worker blocked inside
+  a collective would not run a Python handler until the call returned), and
+  this process exits at once with status 130. Shared-memory segments of
+  killed workers are removed as after any SIGKILL (docs/weight_sync.md).
+
+Neither prints a traceback. ``scripts/train.sh`` launches through it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+INTERRUPTED = 128 + signal.SIGINT  # the shell's convention for "ended by Ctrl-C"
+_presses: list[int] = []
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (torchrun's workers), from /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _presses.append(signum)
+    workers = children(os.getpid())
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGINT if len(_presses) == 1 else signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
+    # The agent may report the workers' exit; after a Ctrl-C that is expected, not news.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    if len(_presses) > 1 or not workers:  # a second press, or nothing started yet to stop cleanly
+        os._exit(INTERRUPTED)
+
+
+def torchrun_arguments(argv: list[str]) -> list[str]:
+    """``argv`` with SIGINT taken out of the signals torchrun handles, unless the caller chose them."""
+    if any(a.startswith(("--signals-to-handle", "--signals_to_handle")) for a in argv):
+        return argv
+    return ["--signals-to-handle=SIGTERM,SIGHUP,SIGQUIT", *argv]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run torchrun with ``argv``; returns the exit status."""
+    from torch.distributed.run import main as torchrun
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        torchrun(torchrun_arguments(sys.argv[1:] if argv is None else argv))
+    except Exception:
+        if _presses:  # workers stopped by Ctrl-C during start-up: the agent calls that a failure
+            return INTERRUPTED
+        raise
+    return INTERRUPTED if _presses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

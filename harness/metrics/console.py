@@ -1,0 +1,135 @@
+"""Trainer 0's progress on the console.
+
+On a terminal, a bar redrawn in place (rich): steps (env frames, or gradient
+steps offline) of the total, steps per second, time left, and the latest
+training return, evaluation return and policy lag. It moves with every update
+(:meth:`ProgressBar.tick`); the figures change with every log row. Anywhere
+else (SLURM logs, CI, a pipe) one plain line per log row, with the same figures
+and no control characters.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from typing import IO, Optional, Union
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
+from rich.text import Text
+
+
+class Figures:
+    """The latest figures of a run, kept across rows: an evaluation return
+    stays shown until the next evaluation."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def update(self, row: dict[str, float]) -> None:
+        for key in ("train/episode_return", "eval/return", "collect/policy_lag_mean"):
+            value = row.get(key)
+            if value is not None and not math.isnan(value):
+                self.values[key] = value
+
+    def text(self) -> str:
+        """``return 23.5 | eval 480.0 | lag 0.00``, each part once it is known."""
+        parts = []
+        for key, label, fmt in (("train/episode_return", "return", ".1f"), ("eval/return", "eval", ".1f"),
+                                ("collect/policy_lag_mean", "lag", ".2f")):
+            if key in self.values:
+                parts.append(f"{label} {self.values[key]:{fmt}}")
+        return " | ".join(parts)
+
+
+def clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if math.isfinite(seconds) else "--:--:--"
+
+
+class ProgressLines:
+    """One line per log row. ``start``: ``(step, time_s)`` where the run
+    stands (a resumed run's last kept row), from which the first rate counts."""
+
+    def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
+        self.total, self.step, self.stream = total, step, stream or sys.stdout
+        self.previous = start
+        self.figures = Figures()
+
+    def tick(self, step: int) -> None:
+        """Between rows: nothing to show."""
+
+    def write(self, row: dict[str, float]) -> None:
+        step, elapsed = int(row[self.step]), row["time_s"]
+        steps, seconds = step - self.previous[0], elapsed - self.previous[1]
+        rate = steps / seconds if seconds > 0 else 0.0
+        self.previous = (step, elapsed)
+        self.figures.update(row)
+        eta = max(self.total - step, 0) / rate if rate > 0 else math.inf
+        unit = self.step.replace("_", " ")
+        line = (f"{unit} {step:>11,}/{self.total:,} ({100 * step / self.total:5.1f}%) | {rate:8,.0f} {unit}/s | "
+                f"eta {clock(eta)}")
+        figures = self.figures.text()
+        print(f"{line} | {figures}" if figures else line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class _Rate(ProgressColumn):
+    """Steps per second over the last half minute (rich's estimate)."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:,.0f}/s" if task.speed else "-/s", style="progress.data.speed")
+
+
+class ProgressBar:
+    """A bar redrawn in place. Log lines printed while it is shown (trainer
+    0's own ``logging`` output) go above it instead of through it."""
+
+    def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
+        self.figures = Figures()
+        console = Console(file=stream or sys.stdout, force_terminal=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(bar_width=30),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f}"), _Rate(), TimeRemainingColumn(),
+            TextColumn("{task.fields[figures]}"), console=console, refresh_per_second=4,
+        )
+        self.task = self.progress.add_task(step.replace("_", " "), total=total, completed=start[0], figures="")
+        self.progress.start()  # from here sys.stdout and sys.stderr print above the bar
+        self.swapped = _log_to(sys.stdout, sys.stderr)
+
+    def tick(self, step: int) -> None:
+        self.progress.update(self.task, completed=step)
+
+    def write(self, row: dict[str, float]) -> None:
+        self.figures.update(row)
+        self.progress.update(self.task, figures=self.figures.text())
+
+    def close(self) -> None:
+        self.progress.stop()
+        for handler, stream in self.swapped:
+            handler.setStream(stream)
+
+
+def _log_to(stdout: IO[str], stderr: IO[str]) -> list[tuple[logging.StreamHandler, IO[str]]]:
+    """Point the logging handlers that write to the real stdout/stderr at
+    ``stdout``/``stderr`` (the bar's stand-ins); returns what to restore."""
+    swapped = []
+    for logger in (logging.getLogger(), logging.getLogger("harness")):
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.__stdout__, sys.__stderr__):
+                target = stdout if handler.stream is sys.__stdout__ else stderr
+                swapped.append((handler, handler.setStream(target)))
+    return [(h, s) for h, s in swapped if s is not None]
+
+
+def make_console(total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0),
+                 stream: Optional[IO[str]] = None) -> Union[ProgressBar, ProgressLines]:
+    """A bar on a terminal (that is not ``TERM=dumb``), else plain lines."""
+    stream = stream or sys.stdout
+    if stream.isatty() and os.environ.get("TERM") != "dumb":
+        return ProgressBar(total, step, start, stream)
+    return ProgressLines(total, step, start, stream)

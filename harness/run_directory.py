@@ -1,0 +1,116 @@
+"""A run directory only grows: what a launch may do with one an earlier launch wrote.
+
+- A fresh directory: the run starts.
+- A used one (``config.yaml``, ``metrics.csv`` or ``checkpoints/`` in it):
+  the same run continues (``checkpoint.resume=true``, the default) only if
+  its saved config matches the new one, but for the budget, logging,
+  checkpoint and placement settings; ``checkpoint.start_over=true`` first
+  moves every file into ``previous-<time>/``; anything else is refused, and a
+  refused launch changes nothing. Nothing is ever deleted.
+- A restarted attempt of the same launch (torchrun ``--max-restarts``, a
+  SLURM requeue) always continues its own run.
+
+``config.yaml`` is written unresolved: an ``${oc.env:...}`` interpolation (a
+token, say) is saved as written, never as its value.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness import checkpoint
+from harness.config import Config
+
+# Settings a resumed run may change: how long it runs, how it is watched and
+# checkpointed, and where it computes. Anything else changes what is learned.
+MAY_CHANGE = ("collector.total_frames", "algo.gradient_steps", "logger.", "checkpoint.", "eval.", "run_dir", "runs_root",
+              "dist_timeout_s", "sync.timeout_s", "trainer.", "collector.threads", "collector.device")
+WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
+
+
+class RunDirError(ValueError):
+    """A launch that would mix two runs in one directory, or lose files."""
+
+
+def restarted() -> bool:
+    """This process is a restarted attempt of a launch that already ran here."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 or int(os.environ.get("SLURM_RESTART_COUNT", 0)) > 0
+
+
+def flat(config: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"algo.lr": 3e-4, ...}``: every leaf of a nested dict under its dotted key."""
+    if not isinstance(config, dict):
+        return {prefix: config}
+    return {key: value for k, v in config.items() for key, value in flat(v, f"{prefix}.{k}" if prefix else str(k)).items()}
+
+
+def differences(saved: dict, new: dict) -> list[str]:
+    """``key: old -> new`` for each value that differs (or exists on one side
+    only), but for the settings a resume may change."""
+    old, now = flat(saved), flat(new)
+    keys = sorted(k for k in set(old) | set(now) if not k.startswith(MAY_CHANGE))
+    return [f"{k}: {old.get(k, '<absent>')} -> {now.get(k, '<absent>')}" for k in keys if old.get(k, "<absent>") != now.get(k, "<absent>")]
+
+
+def used_by_an_earlier_run(run_dir: Path) -> list[str]:
+    return [name for name in WRITTEN_BY_A_RUN if (run_dir / name).exists()]
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Every file of ``run_dir`` (but earlier ``previous-*`` folders) into a new ``previous-<time>/``."""
+    aside = run_dir / f"previous-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    aside.mkdir()
+    for path in run_dir.iterdir():
+        if path != aside and not path.name.startswith("previous-"):
+            path.rename(aside / path.name)
+    return aside
+
+
+def check(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
+    """On every rank, before anything is written: may this launch use
+    ``run_dir``? Returns whether it resumes an earlier run. Raises
+    :class:`RunDirError` naming the fix when it may not."""
+    used = used_by_an_earlier_run(run_dir)
+    if not used or restarted():
+        return bool(used)
+    if cfg.checkpoint.start_over:
+        return False
+    if not cfg.checkpoint.resume:
+        raise RunDirError(
+            f"run_dir {run_dir} holds an earlier run ({', '.join(used)}); checkpoint.resume=false would mix the two "
+            f"runs in it. Use another run_dir=, or checkpoint.start_over=true to move its files into "
+            f"{run_dir}/previous-<time>/ and start over there (nothing is deleted)"
+        )
+    steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
+    if steps and not any(checkpoint.intact(step) for step in steps):
+        raise RunDirError(
+            f"none of the checkpoints in {checkpoint.checkpoint_dir(run_dir)} is intact ({', '.join(s.name for s in steps)}: "
+            "unreadable, or their bytes do not match their checksums). Nothing was changed: use another run_dir= "
+            "for a new run, or checkpoint.start_over=true to move this run's files aside and start over there"
+        )
+    saved_path = run_dir / "config.yaml"
+    if saved_path.exists():
+        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False)
+        changed = differences(saved, OmegaConf.to_container(raw, resolve=False))
+        if changed:
+            raise RunDirError(
+                f"run_dir {run_dir} holds a run with other settings ({'; '.join(changed[:8])}"
+                f"{'; ...' if len(changed) > 8 else ''}). Resuming may change only the "
+                "budget, logging, checkpoints and placement. Use another run_dir= for a new run, or "
+                "checkpoint.start_over=true to move the old run aside"
+            )
+    return True
+
+
+def prepare(cfg: Config, raw: DictConfig, run_dir: Path) -> None:
+    """Trainer 0, once the checks passed: move an old run aside if asked, then
+    save this launch's config (unresolved, so no secret is written out)."""
+    if cfg.checkpoint.start_over and used_by_an_earlier_run(run_dir) and not restarted():
+        aside = move_aside(run_dir)
+        print(f"run_dir: the earlier run's files are now in {aside}", flush=True)
+    OmegaConf.save(raw, run_dir / "config.yaml", resolve=False)

@@ -1,0 +1,160 @@
+"""The wire format of a publish: models' weights and a header in one buffer.
+
+Every scheme moves a :class:`Payload`'s :attr:`~Payload.buffer` and nothing
+else; the :class:`Header` is the small control block that travels in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from harness.packing import buffer_of, flat_region, pack, schema
+
+
+@dataclass(frozen=True)
+class Header:
+    """The small control block that travels with every publish."""
+
+    version: int
+    frames: int = 0
+    stop: bool = False
+    values: Mapping[str, float] = field(default_factory=dict)
+
+
+def weights_of(models: Mapping[str, nn.Module]) -> TensorDict:
+    """A TensorDict that references the models' live parameters (no copy)."""
+    return TensorDict({name: TensorDict.from_module(m) for name, m in models.items()})
+
+
+class Payload:
+    """Models' weights plus a header, packed into one uint8 buffer.
+
+    ``td`` is ``{"weights": {model: parameters and buffers}, "header":
+    {version, frames, stop, values}}``, every leaf a view into ``buffer``.
+    Build one with :meth:`from_models`; :meth:`rebase` lays the same leaves
+    over another buffer. ``value_names`` are the named floats the header
+    carries (DQN's ``epsilon``).
+    """
+
+    def __init__(self, td: TensorDictBase, buffer: torch.Tensor, value_names: Sequence[str]):
+        self.td = td
+        self.buffer = buffer
+        self.value_names = tuple(value_names)
+        self.schema = schema(td)
+        weights = td["weights"]
+        # Leaf order, for alias(): a reader points its models at these views.
+        self.weight_keys = tuple(weights.keys(include_nested=True, leaves_only=True))
+        self.weight_views = tuple(weights[k] for k in self.weight_keys)
+        self.bound: tuple[torch.Tensor, ...] = ()  # the models' tensors in leaf order, after bind()
+        # write()'s plan for one source: it publishes the same TensorDict every time.
+        self._flat_source: TensorDictBase | None = None
+        self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def from_models(
+        cls,
+        models: Mapping[str, nn.Module],
+        value_names: Sequence[str] = (),
+        wire_dtype: torch.dtype | None = None,
+        device: torch.device | str = "cpu",
+        pin: bool = False,
+    ) -> "Payload":
+        """A payload for ``models`` (a name to a module, e.g. ``{"policy":
+        actor, "obs_norm": normaliser}``: every parameter and buffer of each
+        travels). ``wire_dtype`` stores float32 leaves as, say, bfloat16 to
+        halve the bytes; ``device`` and ``pin`` place the buffer (CUDA for
+        NCCL, pinned CPU memory to stage a GPU trainer's weights for Gloo)."""
+        weights = weights_of(models).detach()
+        weights = weights.apply(lambda t: t.to(device=device, dtype=_wire(t.dtype, wire_dtype)))
+        header = TensorDict(
+            version=torch.zeros((), dtype=torch.int64),
+            frames=torch.zeros((), dtype=torch.int64),
+            stop=torch.zeros((), dtype=torch.bool),
+            values=TensorDict({n: torch.zeros((), dtype=torch.float64) for n in value_names}),
+            device=device,
+        )
+        td = TensorDict(weights=weights, header=header, device=device)
+        packed = td.consolidate(pin_memory=pin) if pin else pack(td)
+        return cls(packed, buffer_of(packed), value_names)
+
+    def rebase(self, buffer: torch.Tensor) -> "Payload":
+        """The same layout over another uint8 buffer of the same size (a shared
+        memory slot, say): writing there needs no staging copy."""
+        if buffer.numel() != self.buffer.numel():
+            raise ValueError(f"rebase needs {self.buffer.numel()} bytes, got {buffer.numel()}")
+        base = self.buffer.data_ptr()
+
+        def view(t: torch.Tensor) -> torch.Tensor:
+            start = t.data_ptr() - base
+            return buffer[start : start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+
+        return Payload(self.td.apply(view), buffer, self.value_names)
+
+    def bind(self, models: Mapping[str, nn.Module]) -> None:
+        """Make the models' parameters views into this payload's buffer, so that
+        copying a received buffer into it is the whole apply step."""
+        for name, module in models.items():
+            self.td["weights", name].to_module(module)
+            module.requires_grad_(False)
+        bound = weights_of(models)
+        self.bound = tuple(bound[k] for k in self.weight_keys)
+
+    def alias(self, other: "Payload") -> None:
+        """Apply ``other`` (same schema) without copying: point the bound
+        models' parameters and buffers at its bytes. They read ``other``'s
+        memory from now on, so its owner must keep it unchanged meanwhile."""
+        if other.weight_keys != self.weight_keys:
+            raise ValueError("alias() needs a payload with the same leaves in the same order")
+        for tensor, view in zip(self.bound, other.weight_views):
+            tensor.data = view
+
+    def copy_from(self, other: "Payload") -> None:
+        """Apply a received payload: one flat copy, or per leaf with a cast
+        when the wire dtype differs from the live one."""
+        if other.buffer.numel() == self.buffer.numel() and other.schema == self.schema:
+            self.buffer.copy_(other.buffer, non_blocking=False)
+        else:
+            self.td.copy_(other.td)
+
+    def write(self, weights: TensorDictBase, header: Header) -> None:
+        """Copy ``weights`` (laid out as this payload's) and ``header`` in."""
+        if weights is not self._flat_source:
+            self._flat_source, self._flat = weights, flat_region(weights, self.td["weights"])
+        if self._flat is not None:
+            self._flat[1].copy_(self._flat[0])  # source packed like us: one copy
+        else:
+            self.td["weights"].copy_(weights)
+        self.write_header(header)
+
+    def write_header(self, header: Header) -> None:
+        """Stamp ``header``; its values must be the ones declared at connect."""
+        if set(header.values) != set(self.value_names):
+            raise ValueError(
+                f"header values {sorted(header.values)} do not match the payload's "
+                f"{sorted(self.value_names)} (declared at connect)"
+            )
+        h = self.td["header"]
+        h["version"].fill_(header.version)
+        h["frames"].fill_(header.frames)
+        h["stop"].fill_(header.stop)
+        for name, value in header.values.items():
+            h["values", name].fill_(value)
+
+    def header(self) -> Header:
+        """The header in the buffer now."""
+        h = self.td["header"].cpu()
+        return Header(
+            version=int(h["version"]),
+            frames=int(h["frames"]),
+            stop=bool(h["stop"]),
+            values={n: float(h["values", n]) for n in self.value_names},
+        )
+
+
+def _wire(dtype: torch.dtype, wire_dtype: torch.dtype | None) -> torch.dtype:
+    return wire_dtype if wire_dtype is not None and dtype == torch.float32 else dtype

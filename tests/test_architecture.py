@@ -1,0 +1,169 @@
+"""The import graph of ``harness/``: no cycles, and no import from a lower layer up.
+
+Layers, lowest first: the lower one (packing, checkpoint, metrics,
+distributed) imports nothing of the two above it; the middle one (sync, data,
+collect, algos) may import the lower one and itself, without cycles; the
+upper one (config, roles, train and other entry points) may import anything
+below it. Module-level and function-level imports both count; imports under
+``if TYPE_CHECKING:`` do not, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "harness"
+LOWER = ("harness.packing", "harness.checkpoint", "harness.metrics", "harness.distributed")
+MIDDLE = ("harness.sync", "harness.data", "harness.collect", "harness.algos")
+LAYER_NAMES = {0: "lower", 1: "middle", 2: "upper"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+
+
+def layer(module: str) -> int:
+    def within(prefixes: tuple[str, ...]) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+    return 0 if within(LOWER) else 1 if within(MIDDLE) else 2
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """``(dotted name, line)`` of every import that runs, wherever it stands;
+    ``from a import b`` gives ``a.b``, a module or a name in ``a``."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            found.extend((f"{base}.{alias.name}", node.lineno) for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """``{module: {imported harness module: line}}``; ``from a import b``
+    counts as an import of ``a.b`` when that is a module, else of ``a``."""
+    known = modules()
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in known.items():
+        edges: dict[str, int] = {}
+        names = imported_names(ast.parse(path.read_text(), str(path)), module, path.name == "__init__.py")
+        for name, line in names:
+            target = name if name in known else name.rpartition(".")[0]
+            if target in known and target != module:
+                edges.setdefault(target, line)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle ``[a, b, ..., a]`` through each group of modules that import
+    each other (each strongly connected component of two or more)."""
+    found: list[list[str]] = []
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        cycle = _cycle_from(start, graph)
+        if cycle:
+            found.append(cycle)
+            done.update(_reachable(start, graph) & _reaching(start, graph))
+    return found
+
+
+def _cycle_from(start: str, graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """The shortest path from ``start`` back to itself (breadth first)."""
+    parents: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for target in sorted(graph.get(node, {})):
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parents[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if target not in parents:
+                    parents[target] = node
+                    nxt.append(target)
+        frontier = nxt
+    return None
+
+
+def _reachable(start: str, graph: dict[str, dict[str, int]]) -> set[str]:
+    seen, stack = {start}, [start]
+    while stack:
+        for target in graph.get(stack.pop(), {}):
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def _reaching(start: str, graph: dict[str, dict[str, int]]) -> set[str]:
+    reverse: dict[str, dict[str, int]] = {}
+    for module, edges in graph.items():
+        for target in edges:
+            reverse.setdefault(target, {})[module] = 0
+    return _reachable(start, reverse)
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    return [
+        f"{module} ({LAYER_NAMES[layer(module)]}, line {line}) imports {target} ({LAYER_NAMES[layer(target)]})"
+        for module, edges in sorted(graph.items())
+        for target, line in sorted(edges.items())
+        if layer(target) > layer(module)
+    ]
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking_ones():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from harness.config import Config\n"
+        "def f():\n    from harness.sync import SCHEMES\n"
+    )
+    names = [name for name, _ in imported_names(tree, "harness.packing", False)]
+    assert "harness.sync.SCHEMES" in names and "harness.config" not in names
+
+
+def test_harness_has_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_layer_imports_one_above_it():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)

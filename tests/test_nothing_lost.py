@@ -1,0 +1,93 @@
+"""A run directory only grows: refused launches change nothing, starting over
+moves files aside, damaged checkpoints are never trusted. Real runs, real files."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import checkpoint
+from helpers import rows, run_harness
+
+TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
+
+
+def snapshot(run_dir: Path) -> dict[str, str]:
+    """Every file under ``run_dir`` with the hash of its bytes."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def finished_run(workdir) -> Path:
+    out = run_harness(TINY, workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return workdir / "run"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("override, message", [
+    ("env=acrobot", "env.id: CartPole-v1 -> Acrobot-v1"),
+    ("seed=2", "seed: 1 -> 2"),
+    ("algo.lr=1e-3", "algo.lr: 0.00025 -> 0.001"),
+    ("checkpoint.resume=false", "checkpoint.resume=false would mix the two runs"),
+])
+def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finished_run, override, message):
+    before = snapshot(finished_run)
+    out = run_harness([*TINY, override], workdir)
+    assert out.returncode != 0
+    assert message in out.stdout + out.stderr
+    assert snapshot(finished_run) == before
+
+
+@pytest.mark.e2e
+def test_start_over_moves_the_earlier_run_aside_and_deletes_nothing(workdir, finished_run):
+    before = snapshot(finished_run)
+    out = run_harness([*TINY, "seed=2", "checkpoint.start_over=true"], workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    aside = [p for p in finished_run.iterdir() if p.name.startswith("previous-")]
+    assert len(aside) == 1 and snapshot(aside[0]) == before
+    assert int(rows(finished_run)[-1]["frames"]) == 1024 and "resumed from" not in out.stdout + out.stderr
+
+
+@pytest.mark.e2e
+def test_flipped_bytes_inside_state_make_the_run_resume_from_the_previous_checkpoint(workdir, finished_run):
+    newest = finished_run / "checkpoints/step-000000001024/state.pt"
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle: the file still loads, its checksum fails
+    newest.write_bytes(bytes(data))
+    out = run_harness([*TINY, "collector.total_frames=1280"], workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    assert f"skipping checkpoint {newest.parent}" in text and "resumed from" in text and "step-000000000768" in text
+
+
+@pytest.mark.e2e
+def test_when_every_checkpoint_is_damaged_the_launch_is_refused_listing_them(workdir, finished_run):
+    for state in finished_run.glob("checkpoints/step-*/state.pt"):
+        state.write_bytes(state.read_bytes()[:100])
+    before = snapshot(finished_run)
+    out = run_harness([*TINY, "collector.total_frames=2048"], workdir)
+    assert out.returncode != 0
+    assert "none of the checkpoints" in out.stdout + out.stderr and "step-000000001024" in out.stdout + out.stderr
+    assert snapshot(finished_run) == before
+
+
+@pytest.mark.unit
+def test_no_checkpoint_is_written_from_weights_that_are_not_finite(tmp_path):
+    state = {"algo": {"policy": {"net.0.weight": torch.tensor([1.0, float("nan")])}}}
+    with pytest.raises(checkpoint.CheckpointError, match="at step 7 the training state is not finite.*net.0.weight"):
+        checkpoint.save(tmp_path, state, {"step": 7}, keep=2)
+    assert not list(tmp_path.rglob("state.pt"))
+
+
+@pytest.mark.e2e
+def test_config_yaml_keeps_an_environment_interpolation_unresolved(workdir, monkeypatch):
+    token = "not-a-real-token-0123456789"
+    monkeypatch.setenv("HARNESS_TEST_TOKEN", token)
+    out = run_harness(["debug=tiny", "logger.console=false", "run_dir=run", "logger.tags=[${oc.env:HARNESS_TEST_TOKEN}]"], workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = (workdir / "run" / "config.yaml").read_text()
+    assert "${oc.env:HARNESS_TEST_TOKEN}" in saved and token not in saved
