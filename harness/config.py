@@ -17,7 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.algos import ALGOS
 from harness.checkpoint import CheckpointConfig
-from harness.collect.envs import check_env_id
+from harness.collect.envs import check_env_id, env_spec
 from harness.metrics.video import check_video_support
 from harness.sync.config import SyncConfig
 
@@ -216,4 +216,13 @@ def load(cfg: DictConfig) -> Config:
         raise ValueError(f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}")
     typed = OmegaConf.to_object(cfg)
     check_known_keys(cfg, typed)
+    check_algo_fits_env(typed)
     return typed
+
+
+def check_algo_fits_env(cfg: Config) -> None:
+    """Before any process group: build the policy once, so that an algorithm
+    given an action space it cannot act in (``algo=sac env=cartpole``) is
+    refused by its own message now, not on every rank later."""
+    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    ALGOS[cfg.algo.name].for_spec(spec).make_policy(cfg.algo, spec)

@@ -39,7 +39,7 @@ def test_every_config_in_a_group_composes(group, tmp_path):
     for name in names:
         if name == "nccl" and not torch.cuda.is_available():
             continue  # refused without CUDA, by design (tests/test_sync_schemes.py)
-        overrides = [f"{group}={name}"]
+        overrides = [f"{group}={name}"] + (["env=pendulum"] if group == "algo" and name in ("sac", "td3") else [])
         raw = OmegaConf.load(CONF / group / f"{name}.yaml")
         if name in ("iql", "cql") or raw.get("dataset"):  # offline: compose with a dataset for its env
             env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"
@@ -68,18 +68,28 @@ def test_overrides_reach_typed_fields():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("algo.lr=-1", "algo.lr must be > 0"),
+        ("algo.lr=-1", "algo.lr=-1 is out of range: algo=ppo needs it > 0"),
+        ("algo=sac env=pendulum algo.gamma=2", "algo.gamma=2 is out of range: algo=sac needs it in (0, 1]"),
+        ("algo=td3 env=pendulum algo.tau=5", "algo.tau=5 is out of range: algo=td3 needs it in (0, 1]"),
+        ("algo=dqn algo.gamma=1.5", "algo.gamma=1.5 is out of range"),
+        ("algo=sac env=pendulum algo.policy_frequency=0", "algo.policy_frequency=0 is out of range: algo=sac needs it >= 1"),
+        ("algo=cql env=pendulum algo.gradient_steps=0", "algo.gradient_steps=0 is out of range"),
+        ("algo=sac env=cartpole", "algo=sac needs continuous actions; use algo=dqn or algo=ppo"),
+        ("algo=dqn env=pendulum", "algo=dqn needs discrete actions"),
+        ("sync.poll_interval_s=-1", "sync.poll_interval_s must be >= 0"),
+        ("dist_timeout_s=-1", "dist_timeout_s must be > 0"),
+        ("+collector.total_frame=10", "collector.total_frame (did you mean collector.total_frames?)"),
         ("collector.frames_per_batch=30", "not a multiple of collector.num_envs=4"),
         ("sync.name=carrier_pigeon", "choose one of"),
         ("env.id=NoSuchEnv-v0", "not a registered gymnasium env"),
-        ("algo.gamma=1.5", "algo.gamma must be in [0, 1]"),
+        ("algo.gamma=0", "algo.gamma=0 is out of range: algo=ppo needs it in (0, 1]"),
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
     ],
 )
 def test_bad_values_fail_with_the_value_and_the_fix(override, message):
     with pytest.raises((ValueError, ValidationError, ConfigCompositionException)) as info:
-        compose_config(override)
+        compose_config(*override.split())
     assert message in str(info.value)
 
 

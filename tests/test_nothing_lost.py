@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from harness import checkpoint
+from harness.data import dataset
 from helpers import rows, run_harness
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
@@ -91,3 +93,43 @@ def test_config_yaml_keeps_an_environment_interpolation_unresolved(workdir, monk
     assert out.returncode == 0, out.stderr[-3000:]
     saved = (workdir / "run" / "config.yaml").read_text()
     assert "${oc.env:HARNESS_TEST_TOKEN}" in saved and token not in saved
+
+
+class LeavesAMarker:
+    """Unpickling this creates ``path``: proof that code in a dataset ran."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def dataset_with_a_pickled_field(path: Path, marker: Path) -> None:
+    n = 16
+    data = TensorDict(obs=torch.zeros(n, 3), action=torch.zeros(n, 1), reward=torch.zeros(n), next_obs=torch.zeros(n, 3),
+                      terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+    data.set_non_tensor("note", LeavesAMarker(marker))
+    data.memmap_(str(path / "data"))
+    dataset.finish(path, dataset.Meta(env="Pendulum-v1", transitions=n, episodes=0, behaviour_return=0.0))
+
+
+@pytest.mark.unit
+def test_a_dataset_with_a_pickled_field_is_refused_and_its_code_never_runs(tmp_path):
+    marker = tmp_path / "code-ran"
+    dataset_with_a_pickled_field(tmp_path / "ds", marker)
+    assert (tmp_path / "ds/data/note").is_dir()  # tensordict really stored the object, pickled
+    with pytest.raises(dataset.DatasetError, match="not a tensor .*never unpickles"):
+        dataset.load(tmp_path / "ds", "Pendulum-v1")
+    with pytest.raises(RuntimeError, match="Refusing to load pickled"):  # the second line of defence
+        dataset.open_storage(tmp_path / "ds")
+    assert not marker.exists()
+
+
+@pytest.mark.e2e
+def test_an_offline_launch_on_a_pickled_dataset_exits_naming_it_and_runs_nothing(workdir):
+    marker = workdir / "code-ran"
+    dataset_with_a_pickled_field(workdir / "ds", marker)
+    out = run_harness(["algo=iql", "env=pendulum", "dataset=ds", "run_dir=run"], workdir)
+    assert out.returncode != 0 and "which is not a tensor" in out.stderr
+    assert not marker.exists() and not (workdir / "run").exists()

@@ -30,11 +30,6 @@ class CQLConfig(OfflineConfig):
     target_update_every: int = 1  # gradient steps between target updates
     hidden: int = 256  # width of every network's two hidden layers
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.cql_alpha < 0 or self.n_actions < 1 or self.temperature <= 0 or self.target_update_every < 1:
-            raise ValueError("algo.cql_alpha >= 0, n_actions >= 1, temperature > 0 and target_update_every >= 1 are required")
-
 
 def cql_penalty(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``mean(T * logsumexp((Q(s, a_i) - log p(a_i)) / T, i) - Q(s, a_data))``:

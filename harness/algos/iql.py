@@ -37,11 +37,6 @@ class IQLConfig(OfflineConfig):
     critic_lr: float = 3e-4  # critics and value function
     hidden: int = 256  # width of every network's two hidden layers
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0 < self.expectile < 1:
-            raise ValueError(f"algo.expectile must be in (0, 1), got {self.expectile}")
-
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     """Asymmetric squared error: positive ``diff`` (Q above V) weighs

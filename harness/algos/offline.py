@@ -28,10 +28,6 @@ class OfflineConfig(AlgoConfig):
     batch_size: int = 256  # transitions per gradient step
     gamma: float = 0.99  # discount
 
-    def __post_init__(self) -> None:
-        if self.gradient_steps < 1 or self.batch_size < 1:
-            raise ValueError("algo.gradient_steps and algo.batch_size must be >= 1")
-
 
 class OfflineAlgorithm(Algorithm):
     """An algorithm that learns from ``use_dataset``'s transitions, one ``learn`` per ``update``."""

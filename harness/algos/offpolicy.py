@@ -29,9 +29,6 @@ class OffPolicyConfig(AlgoConfig):
     gamma: float = 0.99  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
 
-    def __post_init__(self) -> None:
-        if self.buffer_size < 1 or self.batch_size < 1 or self.learning_starts < 0 or self.update_to_data <= 0:
-            raise ValueError("algo.buffer_size and batch_size must be >= 1, learning_starts >= 0, update_to_data > 0")
 
 
 class OffPolicyAlgorithm(Algorithm):

@@ -44,14 +44,6 @@ class PPOConfig(AlgoConfig):
     target_kl: Optional[float] = None  # stop the epochs early past this approximate KL
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
 
-    def __post_init__(self) -> None:
-        for name in ("lr", "update_epochs", "num_minibatches", "clip_coef"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"algo.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"algo.{name} must be in [0, 1], got {getattr(self, name)}")
-
 
 class PPOPolicy(Policy):
     """The actor: categorical logits, or a Gaussian mean with a learned,

@@ -45,8 +45,32 @@ def allocate(path: str | Path, example: TensorDict, n: int) -> TensorDict:
 
 
 def open_storage(path: str | Path) -> TensorDict:
-    """The memory-mapped transitions of a dataset directory, for writing or reading."""
-    return TensorDict.load_memmap(str(Path(path) / "data"))
+    """The memory-mapped transitions of a dataset directory, for writing or
+    reading. Never unpickles: a dataset is data, and pickle runs code."""
+    return TensorDict.load_memmap(str(Path(path) / "data"), allow_pickle=False)
+
+
+def refuse_non_tensors(path: Path) -> None:
+    """Before anything of ``path/data`` is loaded: every file must be a
+    tensor's ``.memmap`` or a plain TensorDict's ``meta.json``. Anything else
+    (a pickled field, a class to import) could run code when loaded."""
+    for file in sorted((path / "data").rglob("*")):
+        if file.is_dir():
+            continue
+        if file.name == "meta.json":
+            try:
+                kind = json.loads(file.read_text()).get("_class")
+            except (ValueError, AttributeError) as e:
+                raise DatasetError(f"{file} is damaged ({e}): write the dataset again") from e
+            if kind == "tensordict:TensorDict":
+                continue
+        elif file.suffix == ".memmap":
+            continue
+        raise DatasetError(
+            f"dataset {path} holds {file.relative_to(path)}, which is not a tensor (a pickled field, or a class to "
+            "import). The harness never unpickles a dataset, since that can run code: write the dataset again "
+            "with python -m harness.write_dataset, from tensors only"
+        )
 
 
 def finish(path: str | Path, meta: Meta) -> None:
@@ -93,6 +117,7 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
         raise DatasetError(f"{path}/meta.json is damaged ({e}): write the dataset again") from e
     if meta.format != FORMAT:
         raise DatasetError(f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}")
+    refuse_non_tensors(path)
     data = open_storage(path)
     missing = [k for k in FIELDS if k not in data.keys()]
     if missing or data.shape[0] != meta.transitions:
