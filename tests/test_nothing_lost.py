@@ -4,6 +4,8 @@ moves files aside, damaged checkpoints are never trusted. Real runs, real files.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from tensordict import TensorDict
 
 from harness import checkpoint
 from harness.data import dataset
-from helpers import rows, run_harness
+from helpers import ROOT, rows, run_harness
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
 
@@ -133,3 +135,24 @@ def test_an_offline_launch_on_a_pickled_dataset_exits_naming_it_and_runs_nothing
     out = run_harness(["algo=iql", "env=pendulum", "dataset=ds", "run_dir=run"], workdir)
     assert out.returncode != 0 and "which is not a tensor" in out.stderr
     assert not marker.exists() and not (workdir / "run").exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("overrides, message", [
+    (["sync=shm", "sync.poll_interval_s=-1"], "sync.poll_interval_s must be >= 0"),
+    (["algo=sac", "env=cartpole"], "algo=sac needs continuous actions"),
+    (["+collector.total_frame=10"], "did you mean collector.total_frames?"),
+    (["dist_timeout_s=-1"], "dist_timeout_s must be > 0"),
+])
+def test_a_rejected_value_stops_the_launch_before_any_rank_starts_naming_the_option(workdir, overrides, message):
+    out = run_harness([*overrides, "run_dir=run"], workdir, nproc=3, timeout=120)
+    assert out.returncode != 0 and message in out.stderr
+    assert not (workdir / "run").exists()  # refused before a run directory existed
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("nproc", ["0", "-2", "three"])
+def test_train_script_refuses_a_bad_rank_count_with_a_sentence(workdir, nproc):
+    out = subprocess.run(["bash", str(ROOT / "scripts/train.sh")], cwd=workdir, env={**os.environ, "NPROC": nproc},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"NPROC={nproc}: the number of ranks" in out.stderr and "Traceback" not in out.stderr
