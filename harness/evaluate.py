@@ -47,14 +47,30 @@ def parse(argv: list[str]) -> Options:
     if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
         raise SystemExit(USAGE)
     options = Options(Path(argv[0]))
-    given = OmegaConf.from_dotlist(argv[1:])
+    try:
+        given = OmegaConf.from_dotlist(argv[1:])
+    except Exception as e:  # a malformed key=value: say which, without a traceback
+        raise SystemExit(f"cannot read the options {' '.join(argv[1:])} ({e})\n{USAGE}") from None
     for key, value in given.items():
         if key not in ("episodes", "step", "seed", "video"):
             raise SystemExit(f"{key}= is not an option of harness.evaluate\n{USAGE}")
-        setattr(options, str(key), bool(value) if key == "video" else int(value))
+        setattr(options, str(key), _checked(str(key), value))
     if not (options.run_dir / "config.yaml").exists():
         raise SystemExit(f"{options.run_dir} is not a run directory (no config.yaml)\n{USAGE}")
     return options
+
+
+def _checked(key: str, value: object) -> object:
+    """``video``: true or false; the others: whole numbers (``episodes`` at least 1, ``step`` at least 0)."""
+    if key == "video":
+        if not isinstance(value, bool):
+            raise SystemExit(f"video={value} is not true or false\n{USAGE}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SystemExit(f"{key}={value} is not a whole number\n{USAGE}")
+    if (key == "episodes" and value < 1) or (key == "step" and value < 0):
+        raise SystemExit(f"{key}={value}: {key} must be at least {1 if key == 'episodes' else 0}\n{USAGE}")
+    return value
 
 
 def checkpoint_at(run_dir: Path, step: int) -> Path:
@@ -69,9 +85,15 @@ def run(options: Options) -> list[float]:
     """Evaluate as ``options`` say; prints the result and returns every episode's return."""
     run_cfg = OmegaConf.load(options.run_dir / "config.yaml")
     env_id, max_steps = run_cfg.env.id, run_cfg.env.get("max_episode_steps")
+    if options.step is None and not any(checkpoint.checkpoint_dir(options.run_dir).glob("step-*")):
+        raise SystemExit(f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every checkpoint.every_frames "
+                         "frames, when stopped, and at the end")
     where = options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
-    policy, values, info = load_policy(str(where), env_id)
-    episodes = options.episodes or int(run_cfg.eval.episodes)
+    try:
+        policy, values, info = load_policy(str(where), env_id)
+    except (OSError, ValueError, checkpoint.CheckpointError) as e:  # no checkpoint yet, or none readable
+        raise SystemExit(f"{options.run_dir}: {e}") from None
+    episodes = int(run_cfg.eval.episodes) if options.episodes is None else options.episodes
     seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)
     envs = make_eval_envs(env_id, episodes, max_steps, render=options.video)
     frames: Optional[list[np.ndarray]] = [] if options.video else None

@@ -7,7 +7,9 @@ A batch is one message of the data channel:
   ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
 - ``stats``: episodes finished in this batch with the sum of their returns and
-  lengths; evaluation episodes run since the last batch; ``preempt`` (1 when
+  lengths; evaluation episodes run since the last batch; envs that raised
+  and were made again (:class:`harness.collect.envs.RestartingEnv`: their
+  broken episode ends as a truncation and is not counted); ``preempt`` (1 when
   the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
   message, which carries no frames).
 """
@@ -26,7 +28,7 @@ from harness.collect.envs import to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
 
-STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "preempt", "last")
+STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "env_restarts", "preempt", "last")
 
 
 def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False) -> TensorDict:
@@ -117,6 +119,12 @@ class RolloutCollector:
 
             self.episode_return += reward
             self.episode_length += 1
+            restarted = info.get("final_info", {}).get("env_restarted")  # the ended episode's info, under autoreset
+            if restarted is not None and restarted.any():  # broken episodes: not counted as finished ones
+                stats["env_restarts"].add_(int(restarted.sum()))
+                done = done & ~restarted
+                self.episode_return[restarted] = 0
+                self.episode_length[restarted] = 0
             if done.any():
                 stats["episodes"].add_(int(done.sum()))
                 stats["return_sum"].add_(float(self.episode_return[done].sum()))

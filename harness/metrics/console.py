@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import sys
-import time
 from typing import IO, Optional, Union
 
 from rich.console import Console
@@ -46,7 +45,12 @@ class Figures:
 
 
 def clock(seconds: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if math.isfinite(seconds) else "--:--:--"
+    """``HH:MM:SS``; hours go past 24 (a long run's ETA), ``--:--:--`` when unknown."""
+    if not math.isfinite(seconds):
+        return "--:--:--"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
 class ProgressLines:

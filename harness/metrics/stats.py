@@ -26,6 +26,7 @@ class RolloutStats:
     eval_episodes: float = 0.0
     eval_return_sum: float = 0.0
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
+    env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
     lag_frames: float = 0.0  # frames whose lag was counted
     lag_sum: float = 0.0
     lag_min: float = math.inf
@@ -40,6 +41,7 @@ class RolloutStats:
         self.length_sum += float(stats["length_sum"])
         self.eval_episodes += float(stats["eval_episodes"])
         self.eval_return_sum += float(stats["eval_return_sum"])
+        self.env_restarts += float(stats["env_restarts"])
         if dropped:
             self.batches_dropped += 1
             return
@@ -55,7 +57,7 @@ class RolloutStats:
         if group is None:
             return self
         values = torch.tensor(astuple(self), dtype=torch.float64)
-        sums, extremes = values[:8].clone(), torch.stack([-values[8], values[9]])
+        sums, extremes = values[:-2].clone(), torch.stack([-values[-2], values[-1]])  # lag_min, lag_max come last
         dist.all_reduce(sums, group=group)
         dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group)
         return RolloutStats(*sums.tolist(), -float(extremes[0]), float(extremes[1]))
@@ -72,6 +74,7 @@ class RolloutStats:
             "collect/policy_lag_mean": mean(self.lag_sum, self.lag_frames),
             "collect/policy_lag_max": self.lag_max if self.lag_frames else math.nan,
             "collect/batches_dropped": self.batches_dropped,
+            "collect/env_restarts": self.env_restarts,
         }
         if self.eval_episodes:
             row["eval/return"] = self.eval_return_sum / self.eval_episodes

@@ -26,7 +26,7 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     envs of a job share a seed and the same seed reproduces the same run.
     """
     torch.manual_seed(cfg.seed + rank)
-    envs = make_vec_env(cfg.env.id, cfg.collector.num_envs, cfg.env.max_episode_steps)
+    envs = make_vec_env(cfg.env.id, cfg.collector.num_envs, cfg.env.max_episode_steps, cfg.collector.max_env_restarts)
     algo = ALGOS[cfg.algo.name]
     policy = algo.make_policy(cfg.algo, spec_of(envs))
     subscriber.connect({"policy": policy}, algo.header_values)
