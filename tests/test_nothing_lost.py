@@ -156,3 +156,17 @@ def test_train_script_refuses_a_bad_rank_count_with_a_sentence(workdir, nproc):
     out = subprocess.run(["bash", str(ROOT / "scripts/train.sh")], cwd=workdir, env={**os.environ, "NPROC": nproc},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"NPROC={nproc}: the number of ranks" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.e2e
+def test_a_local_sweep_gives_each_job_its_own_run_directory(workdir):
+    out = run_harness(["-m", "debug=tiny", "logger.console=false", "collector.total_frames=256", "seed=1,2,3"], workdir,
+                      timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = sorted(p.parent for p in workdir.glob("runs/sweep-*/*/metrics.csv"))
+    # <sweep dir>/<the job's overrides>: one directory per combination
+    assert [p.name.rsplit(",", 1)[-1] for p in runs] == ["seed=1", "seed=2", "seed=3"]
+    for run, seed in zip(runs, (1, 2, 3)):
+        assert int(rows(run)[-1]["frames"]) == 256 and list(run.glob("checkpoints/step-*"))  # each trained on its own
+        assert f"seed: {seed}" in (run / "config.yaml").read_text()
+    assert "resumed from" not in out.stdout + out.stderr
