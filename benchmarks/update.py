@@ -30,6 +30,7 @@ import time
 from typing import Callable
 
 import torch
+from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -38,7 +39,6 @@ from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
 from harness.collect.envs import EnvSpec, env_spec
 from harness.data import dataset
-from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/
 
 Step = Callable[[], object]
 aten = torch.ops.aten

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# preset: (algorithm, task, published score and source) from shared/REFERENCE_SCORES.md
+# preset: (algorithm, task, published score and source); the sources are public benchmark tables
 PRESETS = {
     "ppo_cartpole": ("PPO", "CartPole-v1", "490 ± 6 at 500k (CleanRL)"),
     "dqn_cartpole": ("DQN", "CartPole-v1", "489 ± 16 at 500k (CleanRL)"),

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import BIN, ROOT, run_harness, wait_for  # noqa: F401  (TRANSITIONAL: files not yet moved to helpers)
-
 TIERS = ("unit", "multiprocess", "e2e", "slurm", "gpu")
 
 
-def _pytest_collection_modifyitems(config, items):  # TRANSITIONAL: enabled once every file is tiered
+def pytest_collection_modifyitems(config, items):
     untiered = [item.nodeid for item in items if sum(item.get_closest_marker(t) is not None for t in TIERS) != 1]
     if untiered:
         raise pytest.UsageError(f"tests need exactly one tier marker of {TIERS}: {untiered[:10]}")

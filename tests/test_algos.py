@@ -22,6 +22,7 @@ from harness.collect.envs import env_spec
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
 
+@pytest.mark.unit
 def test_cql_on_a_discrete_env_is_discrete_cql():
     assert ALGOS["cql"].for_spec(CARTPOLE) is DiscreteCQL
     assert ALGOS["cql"].for_spec(PENDULUM) is CQL
@@ -35,6 +36,7 @@ def test_cql_on_a_discrete_env_is_discrete_cql():
         DiscreteCQL(CQLConfig(), PENDULUM, 0)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,spec", [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM),
                                        ("cql", PENDULUM), ("cql", CARTPOLE), ("ppo", CARTPOLE)])
 def test_checkpointed_state_round_trips(name, spec):
@@ -63,6 +65,7 @@ def separate_critics(critics: Critics, target: bool = False) -> list[nn.Sequenti
     return nets
 
 
+@pytest.mark.unit
 def test_critics_are_initialised_as_separate_critics_would_be():
     torch.manual_seed(0)
     critics = Critics(PENDULUM, 16)
@@ -73,6 +76,7 @@ def test_critics_are_initialised_as_separate_critics_would_be():
     assert all(torch.equal(t, o) for t, o in zip(critics.target.parameters(), critics.online.parameters()))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("actions", [(), (5,)], ids=["one action", "five actions each"])
 def test_batched_critics_equal_separate_critics_in_values_and_gradients(actions, monkeypatch):
     monkeypatch.setattr(critics_module, "CPU_ROWS", 7)  # blocks of rows give the same numbers as one call
@@ -93,6 +97,7 @@ def test_batched_critics_equal_separate_critics_in_values_and_gradients(actions,
         assert torch.allclose(b.grad[:, 0], torch.stack([lin.bias.grad for lin in linears]), atol=1e-5)
 
 
+@pytest.mark.unit
 def test_frozen_critic_passes_gradient_to_the_action_only():
     torch.manual_seed(0)
     critics = Critics(PENDULUM, 16)
@@ -107,6 +112,7 @@ def test_frozen_critic_passes_gradient_to_the_action_only():
     assert torch.allclose(action.grad, action_twin.grad, atol=1e-6)
 
 
+@pytest.mark.unit
 def test_fused_target_update_equals_per_parameter_lerp():
     torch.manual_seed(0)
     critics = Critics(PENDULUM, 16)
@@ -121,6 +127,7 @@ def test_fused_target_update_equals_per_parameter_lerp():
     assert all(torch.equal(a, b) for a, b in zip(copy_of.parameters(), net.parameters()))
 
 
+@pytest.mark.unit
 def test_cql_batched_sampled_action_call_equals_the_per_kind_calls():
     torch.manual_seed(0)
     cql = CQL(CQLConfig(hidden=16, n_actions=3), PENDULUM, 0)
@@ -133,6 +140,7 @@ def test_cql_batched_sampled_action_call_equals_the_per_kind_calls():
     assert torch.allclose(together, torch.stack(one_by_one, -1), atol=1e-6)
 
 
+@pytest.mark.unit
 def test_sac_policy_samples_n_actions_per_observation_as_n_passes_would():
     torch.manual_seed(0)
     policy = SACPolicy(PENDULUM, 16)
@@ -145,6 +153,7 @@ def test_sac_policy_samples_n_actions_per_observation_as_n_passes_would():
     assert torch.allclose(action.reshape(12, 1), action_rep) and torch.allclose(log_prob.reshape(12), log_prob_rep, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_sac_policy_log_prob_is_the_squashed_gaussian_density():
     torch.manual_seed(0)
     policy = SACPolicy(PENDULUM, 16)
@@ -161,6 +170,7 @@ def test_sac_policy_log_prob_is_the_squashed_gaussian_density():
     assert torch.allclose(action, 2.0 * torch.tanh(u)) and torch.allclose(log_prob, expected, atol=1e-5)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name,spec", [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM),
                                        ("cql", PENDULUM), ("cql", CARTPOLE)])
 def test_metrics_stay_on_the_device_until_a_log_row_reads_them(name, spec):
@@ -176,6 +186,7 @@ def test_metrics_stay_on_the_device_until_a_log_row_reads_them(name, spec):
     assert all(math.isfinite(float(v)) for v in metrics.values())
 
 
+@pytest.mark.unit
 def test_compile_wraps_the_loss_methods_it_names():
     cls = ALGOS["sac"]
     eager, compiled = cls(cls.Config(), PENDULUM, 1000), cls(cls.Config(compile=True), PENDULUM, 1000)
@@ -183,6 +194,7 @@ def test_compile_wraps_the_loss_methods_it_names():
     assert inspect.ismethod(eager.critic_loss) and not inspect.ismethod(compiled.critic_loss)  # compiled at the first call
 
 
+@pytest.mark.unit
 @pytest.mark.slow
 def test_compiled_loss_equals_the_eager_one():
     """DQN's TD loss has no sampling in it: compiled and eager must agree on the same weights and batch."""

@@ -11,6 +11,8 @@ below it. Module-level and function-level imports both count; imports under
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,27 @@ def test_harness_has_no_import_cycle():
 def test_no_layer_imports_one_above_it():
     upward = upward_imports(import_graph())
     assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
+
+
+def test_modules_and_functions_stay_small_enough_to_read():
+    too_long = []
+    for module, path in modules().items():
+        source = path.read_text()
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{module}: {source.count(chr(10))} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{module}.{node.name} (line {node.lineno}): {length} lines (at most {MAX_FUNCTION_LINES})")
+    assert not too_long, "split these:\n" + "\n".join(too_long)
+
+
+def test_ruff_finds_nothing_to_fix():
+    # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra.
+    ruff = Path(sys.executable).parent / "ruff"
+    out = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", str(ROOT)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]

@@ -6,12 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import CONF, column, compose_config, rows, run_harness, wait_for
 
 from harness.collect.envs import make_vec_env
 from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
-from helpers import CONF, column, compose_config, rows, run_harness, wait_for
 
 
 def job(rank, world, overrides, trainer_delay_s, run_dir):

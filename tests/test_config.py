@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import CONF, compose_config
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -14,7 +15,6 @@ from tensordict import TensorDict
 
 from harness.config import Config
 from harness.data import dataset
-from helpers import CONF, compose_config
 
 pytestmark = pytest.mark.unit
 

@@ -6,11 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import BIN, launch_env, rows, run_harness
 from omegaconf import OmegaConf
 
 from harness.distributed.spawn import free_port
 from harness.sync.shared_memory import PREFIX
-from helpers import BIN, launch_env, rows, run_harness
 
 pytestmark = pytest.mark.e2e
 

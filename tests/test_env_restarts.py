@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-
 import flaky_env
+import pytest
+from helpers import ROOT, column, compose_config, rows, run_harness
+
 from harness.algos import ALGOS
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.rollout import RolloutCollector
 from harness.sync import Header
-from helpers import ROOT, column, compose_config, rows, run_harness
 
 FLAKY = "flaky_env:FlakyCartPole-v0"
 ON_PATH = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}

@@ -6,7 +6,6 @@ Random play scores about -1200 on Pendulum-v1 and 22 on CartPole-v1.
 from __future__ import annotations
 
 import pytest
-
 from helpers import column, rows, run_harness
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, rows, run_harness
 from tensordict import TensorDict
 
 from harness import checkpoint
 from harness.data import dataset
-from helpers import ROOT, rows, run_harness
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
 

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from helpers import BIN, ROOT, run_harness
 from tensordict import TensorDict
 
-from conftest import BIN, ROOT, run_harness
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.collect.envs import env_spec
@@ -38,6 +38,7 @@ def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
     )
 
 
+@pytest.mark.unit
 def test_dataset_round_trip_is_bit_exact(tmp_path):
     data = random_transitions(1000)
     meta = dataset.Meta(env="Pendulum-v1", transitions=1000, episodes=5, behaviour_return=-500.0, random_return=-1200.0, expert_return=-150.0)
@@ -49,6 +50,7 @@ def test_dataset_round_trip_is_bit_exact(tmp_path):
     assert meta.normalized(-150.0) == 100.0 and meta.normalized(-1200.0) == 0.0
 
 
+@pytest.mark.unit
 def test_dataset_for_another_env_is_refused(tmp_path):
     dataset.save(tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0))
     with pytest.raises(dataset.DatasetError, match="collected on Pendulum-v1, but this run is env.id=CartPole-v1"):
@@ -58,6 +60,7 @@ def test_dataset_for_another_env_is_refused(tmp_path):
         dataset.check_shapes("ds", data, CARTPOLE.obs_shape, CARTPOLE.action_shape)
 
 
+@pytest.mark.unit
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
     with pytest.raises(dataset.DatasetError, match="does not exist.*python -m harness.write_dataset"):
         dataset.load(tmp_path / "nowhere")
@@ -73,6 +76,7 @@ def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
         dataset.load(tmp_path / "half")
 
 
+@pytest.mark.e2e
 def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     """Two real ranks roll out random actions into one storage; then a mix of two datasets."""
     done = write_dataset(["env=cartpole", "out=rand", "frames=2001", "num_envs=2"], workdir, nproc=2)
@@ -98,6 +102,7 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
 
 
+@pytest.mark.unit
 def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeypatch):
     minari = pytest.importorskip("minari", reason="the offline extra is not installed: pip install -e '.[offline]'")
     import gymnasium as gym
@@ -133,12 +138,14 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
         dataset.load("minari:pendulum/other-v0")
 
 
+@pytest.mark.unit
 def test_expectile_loss_hand_checked():
     diff = torch.tensor([1.0, -2.0])  # Q above V weighs 0.7, below 0.3
     assert expectile_loss(diff, 0.7).item() == pytest.approx((0.7 * 1 + 0.3 * 4) / 2)
     assert expectile_loss(diff, 0.5).item() == pytest.approx(0.5 * (1 + 4) / 2)  # 0.5: half the mean squared error
 
 
+@pytest.mark.unit
 def test_cql_penalty_hand_checked():
     q = torch.tensor([[1.0, 2.0, 3.0]])
     expected = math.log(math.exp(1) + math.exp(2) + math.exp(3)) - 1.0
@@ -150,6 +157,7 @@ def test_cql_penalty_hand_checked():
     assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0]), temperature=0.01).item() == pytest.approx(2.0, abs=1e-3)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("algo,spec", [(IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
                                        (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
                                        (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE)],
@@ -167,6 +175,7 @@ def test_offline_updates_run_and_change_the_policy(algo, spec):
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
 
 
+@pytest.mark.e2e
 def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
     done = write_dataset(["env=pendulum", "out=pend", "frames=200"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -176,6 +185,7 @@ def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
     assert wrong.returncode != 0 and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     """Random play lasts about 22 steps; CQL on 20k random transitions, with two
@@ -195,6 +205,7 @@ def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     assert float(final["eval/return"]) > 4 * behaviour, final
 
 
+@pytest.mark.e2e
 def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
     """World size 1 evaluates inline; a longer second run on the same run_dir
     continues from the first one's checkpoint."""
@@ -213,6 +224,7 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
     assert all(r["eval/return"] for r in rows) and [int(float(r["eval/version"])) for r in rows] == [1, 2, 3, 4]
 
 
+@pytest.mark.e2e
 def test_dataset_from_a_trained_checkpoint(workdir):
     """The behaviour policy comes from a run directory's newest checkpoint (PPO
     here); a policy trained on another env is refused."""

@@ -22,6 +22,7 @@ def transitions(n: int, start: int = 0) -> TensorDict:
     return TensorDict(obs=ids[:, None].expand(n, 3).clone(), reward=ids, batch_size=[n])
 
 
+@pytest.mark.unit
 def test_replay_wraps_around_keeping_the_newest():
     buffer = ReplayBuffer(5, transitions(1)[0])
     buffer.extend(transitions(3))
@@ -31,6 +32,7 @@ def test_replay_wraps_around_keeping_the_newest():
     assert buffer.nbytes == 5 * (3 + 1) * 4
 
 
+@pytest.mark.unit
 def test_replay_samples_only_what_was_stored():
     buffer = ReplayBuffer(100, transitions(1)[0])
     buffer.extend(transitions(10))
@@ -41,6 +43,7 @@ def test_replay_samples_only_what_was_stored():
         ReplayBuffer(3, transitions(1)[0]).sample(1)
 
 
+@pytest.mark.unit
 def test_replay_on_disk_is_memory_mapped(tmp_path):
     buffer = ReplayBuffer(8, transitions(1)[0], memmap_dir=tmp_path / "replay")
     buffer.extend(transitions(3))
@@ -56,6 +59,7 @@ def batch(n=2, discrete=False):
                       action=torch.zeros(n, dtype=torch.int64) if discrete else torch.zeros(n, 1), batch_size=[n])
 
 
+@pytest.mark.unit
 def test_sac_target_is_min_q_minus_alpha_logp_and_stops_at_termination():
     sac = SAC(SACConfig(autotune=False, alpha=0.5, gamma=0.9), PENDULUM, 1000)
     sac.critics.targets = lambda obs, action: torch.tensor([[3.0], [5.0]]).expand(2, obs.shape[0])  # Q'_1 = 3, Q'_2 = 5
@@ -65,6 +69,7 @@ def test_sac_target_is_min_q_minus_alpha_logp_and_stops_at_termination():
     assert torch.allclose(target, torch.tensor([1 + 0.9 * (3 + 1.0), 2.0]))
 
 
+@pytest.mark.unit
 def test_sac_entropy_tuning_raises_alpha_when_entropy_is_too_low():
     sac = SAC(SACConfig(), PENDULUM, 1000)
     assert sac.target_entropy == -1.0
@@ -76,6 +81,7 @@ def test_sac_entropy_tuning_raises_alpha_when_entropy_is_too_low():
     assert sac.log_alpha.log_value.item() > before
 
 
+@pytest.mark.unit
 def test_td3_updates_the_actor_only_every_policy_frequency_steps():
     td3 = TD3(TD3Config(policy_frequency=3), PENDULUM, 1000)
     data = batch()
@@ -88,6 +94,7 @@ def test_td3_updates_the_actor_only_every_policy_frequency_steps():
     assert changes == [False, False, True, False, False, True]
 
 
+@pytest.mark.unit
 def test_td3_target_action_stays_in_the_box():
     td3 = TD3(TD3Config(policy_noise=100.0, noise_clip=100.0), PENDULUM, 1000)
     seen = []
@@ -97,6 +104,7 @@ def test_td3_target_action_stays_in_the_box():
     assert seen and seen[0].abs().max() <= 2.0  # Pendulum's torque limit
 
 
+@pytest.mark.unit
 def test_double_dqn_chooses_with_the_online_network_and_values_with_the_target():
     dqn = DQN(DQNConfig(double_dqn=True, gamma=1.0), CARTPOLE, 1000)
     dqn.policy.q = lambda obs: torch.tensor([[0.0, 9.0]] * obs.shape[0])  # noqa: E731  # online prefers action 1
@@ -106,6 +114,7 @@ def test_double_dqn_chooses_with_the_online_network_and_values_with_the_target()
     assert torch.allclose(dqn.td_target(batch(discrete=True)), torch.tensor([1.0 + 7.0, 2.0]))
 
 
+@pytest.mark.unit
 def test_epsilon_decays_linearly_with_the_global_frame_count():
     cfg = DQNConfig(start_e=1.0, end_e=0.05, exploration_fraction=0.5)
     assert epsilon_at(cfg, 0, 1000) == 1.0
@@ -115,6 +124,7 @@ def test_epsilon_decays_linearly_with_the_global_frame_count():
     assert dqn.values_for_header(250) == {"random": 1.0, "epsilon": pytest.approx(0.525)}
 
 
+@pytest.mark.unit
 def test_update_to_data_is_held_per_frame():
     dqn = DQN(DQNConfig(learning_starts=0, update_to_data=0.25, batch_size=4), CARTPOLE, 10_000)
     rollout = TensorDict(obs=torch.zeros(8, 2, 4), next_obs=torch.zeros(8, 2, 4), reward=torch.zeros(8, 2),

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rows, run_harness, start_harness, wait_for
 
 from harness import checkpoint
 from harness.sync.shared_memory import PREFIX
-from helpers import rows, run_harness, start_harness, wait_for
 
 pytestmark = pytest.mark.e2e
 TINY = ["debug=tiny", "logger.console=false"]

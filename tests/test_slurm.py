@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, column, launch_env, rows, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness.distributed.spawn import run_ranks
 from harness.distributed.setup import init_distributed
+from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.sync import Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
@@ -128,18 +128,21 @@ def check_versions(results, world, last):
         assert all(frames == 100 * v and eps == v / 1000 for v, frames, eps in seen)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme, nodes", CASES, ids=IDS)
 def test_weights_bit_exact_and_versions_monotonic(scheme, nodes):
     results = run_ranks(publish_versions, len(nodes), scheme, 20, 0, nodes=nodes)
     check_versions(results, len(nodes), 19)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme, nodes", CASES, ids=IDS)
 def test_stress_no_torn_update_while_publishing_continuously(scheme, nodes):
     results = run_ranks(publish_versions, len(nodes), scheme, 300, 2, nodes=nodes, timeout=120)
     check_versions(results, len(nodes), 299)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme", ["gloo", "shm"])
 def test_bfloat16_wire_halves_the_bytes_and_delivers_rounded_weights(scheme):
     models = make_models()
@@ -153,6 +156,7 @@ def mismatched(rank, world, scheme):
     connect(rank, scheme, hidden=16 if rank == 2 else 32)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
 def test_schema_mismatch_fails_every_rank_naming_the_key(scheme):
     results = run_ranks(mismatched, 3, scheme)
@@ -174,6 +178,7 @@ def silent_publisher(rank, world, scheme, timeout_s):
     return "no error", 0.0
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
 def test_wait_times_out_naming_rank_role_and_scheme(scheme):
     results = run_ranks(silent_publisher, 2, scheme, 2.0)
@@ -199,6 +204,7 @@ def harness_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob(f"{PREFIX}*")}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("scheme", ["gloo", "shm", "hierarchical"])
 def test_killed_publisher_is_an_error_not_a_hang_and_leaves_no_segment(scheme):
     before = harness_segments()
@@ -222,6 +228,7 @@ def segment_mode(rank, world):
     return modes
 
 
+@pytest.mark.multiprocess
 def test_segments_are_private_to_the_user_and_removed_after_the_run():
     before = harness_segments()
     results = run_ranks(segment_mode, 3)
@@ -230,6 +237,7 @@ def test_segments_are_private_to_the_user_and_removed_after_the_run():
     assert harness_segments() - before == set()
 
 
+@pytest.mark.unit
 def test_next_run_removes_segments_whose_creator_died(tmp_path):
     from multiprocessing import shared_memory
 
@@ -246,6 +254,7 @@ def shm_across_nodes(rank, world):
     connect(rank, "shm")
 
 
+@pytest.mark.multiprocess
 def test_shm_with_a_collector_on_another_node_fails_at_start_up_suggesting_hierarchical():
     results = run_ranks(shm_across_nodes, 3, nodes=[0, 0, 1])
     for rank in range(3):
@@ -265,11 +274,13 @@ def header_only(rank, world):
     return header.version, header.stop, header.values["epsilon"], digest(models) == before
 
 
+@pytest.mark.multiprocess
 def test_none_scheme_moves_the_header_but_not_the_weights():
     results = run_ranks(header_only, 2)
     assert results[1] == ("ok", (5, True, 0.5, True)), results
 
 
+@pytest.mark.unit
 def test_nccl_without_cuda_fails_at_start_up_suggesting_gloo():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: scripts/gpu_check.sh covers sync=nccl")

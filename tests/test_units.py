@@ -6,11 +6,12 @@ import csv
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 from harness.algos.gae import gae
-from harness.metrics.logger import CSVLog
 from harness.distributed import handshake
+from harness.metrics.logger import CSVLog
 from harness.packing import buffer_of, first_difference, pack, pack_parameters_, schema
 from harness.sync import SchemaMismatchError
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
@@ -18,9 +19,9 @@ from harness.sync.contract import Endpoint, Sink, Source
 from harness.sync.local import local_pair
 from harness.sync.payload import Header, Payload, weights_of
 from harness.sync.shared_memory import ShmSink, ShmSource
-from tensordict import TensorDict
 
 
+@pytest.mark.unit
 def test_gae_matches_a_hand_computed_case():
     # One env, three steps, the episode ends at step 1; gamma 0.5, lambda 0.5.
     reward = torch.tensor([[1.0], [2.0], [3.0]])
@@ -35,6 +36,7 @@ def test_gae_matches_a_hand_computed_case():
     assert torch.allclose(adv.squeeze(1), torch.tensor([a0, d1, d2]))
 
 
+@pytest.mark.unit
 def test_schema_is_sorted_and_names_the_first_difference():
     a = schema(TensorDict(b=torch.zeros(2), a=torch.zeros(3, dtype=torch.int64)))
     assert a == ["a (3,) int64", "b (2,) float32"]
@@ -43,6 +45,7 @@ def test_schema_is_sorted_and_names_the_first_difference():
     assert "exists only here" in first_difference(a, a[:1])
 
 
+@pytest.mark.unit
 def test_pack_puts_every_leaf_in_one_buffer():
     packed = pack(TensorDict(x=torch.ones(3), y=TensorDict(z=torch.full((2,), 7, dtype=torch.int64))))
     buf = buffer_of(packed)
@@ -51,6 +54,7 @@ def test_pack_puts_every_leaf_in_one_buffer():
     assert packed["x"].sum() == 0 and packed["y", "z"].sum() == 0
 
 
+@pytest.mark.unit
 def test_buffer_of_is_the_one_storage_every_leaf_views_and_nothing_else():
     packed = pack(TensorDict(a=torch.ones(3), b=torch.zeros(0), c=torch.ones((), dtype=torch.bool)))
     buf = buffer_of(packed)
@@ -59,6 +63,7 @@ def test_buffer_of_is_the_one_storage_every_leaf_views_and_nothing_else():
         buffer_of(TensorDict(a=torch.ones(3)))
 
 
+@pytest.mark.unit
 def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models_at_it():
     trainer, collector = nn.Linear(3, 2), nn.Linear(3, 2)
     pack_parameters_(trainer)  # packed like the payload: the write is one flat copy
@@ -72,6 +77,7 @@ def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models
     assert torch.equal(collector.weight, trainer.weight) and collector.weight.data_ptr() == slot.td["weights", "policy", "weight"].data_ptr()
 
 
+@pytest.mark.unit
 def test_schema_errors_live_with_the_handshake_and_transports_fit_the_contract():
     assert SchemaMismatchError is handshake.SchemaMismatchError
     end = Endpoint(0, "trainer", "gloo")
@@ -79,6 +85,7 @@ def test_schema_errors_live_with_the_handshake_and_transports_fit_the_contract()
     assert all(isinstance(s, Source) for s in (BroadcastSource(end, None, 0), ShmSource(0.001)))
 
 
+@pytest.mark.unit
 def test_bound_models_view_the_live_buffer_so_apply_is_one_copy():
     model = nn.Linear(3, 2)
     payload = Payload.from_models({"policy": model})
@@ -89,12 +96,14 @@ def test_bound_models_view_the_live_buffer_so_apply_is_one_copy():
     assert all(start <= p.data_ptr() < end for p in model.parameters())
 
 
+@pytest.mark.unit
 def test_header_values_must_match_what_connect_declared():
     payload = Payload.from_models({"policy": nn.Linear(2, 2)}, ("epsilon",))
     with pytest.raises(ValueError, match="epsilon"):
         payload.write_header(Header(1, values={}))
 
 
+@pytest.mark.unit
 def test_in_process_scheme_delivers_the_newest_version():
     trainer, collector = nn.Linear(4, 2), nn.Linear(4, 2)
     publisher, subscriber = local_pair(timeout_s=1)
@@ -112,6 +121,7 @@ def test_in_process_scheme_delivers_the_newest_version():
         subscriber.wait(3)
 
 
+@pytest.mark.unit
 def test_csv_log_widens_its_header_when_a_metric_appears(tmp_path):
     log = CSVLog(tmp_path / "metrics.csv")
     log.write({"frames": 1, "a": 1.0})

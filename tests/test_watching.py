@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT, launch_env, rows, run_harness
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,6 @@ from torch.distributed import ProcessGroup
 from harness.collect.envs import EnvSpec
 from harness.packing import pack_parameters_
 
-
 # The ranges of every algorithm's numeric fields, by name, checked where the
 # fields are declared (AlgoConfig.__post_init__): a new algorithm's gamma,
 # tau, learning rates and cadences are checked without a line of its own.

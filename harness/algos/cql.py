@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torch import nn
 
 from harness.algos.base import Algorithm, Policy
 from harness.algos.conservative import CQLConfig, cql_penalty

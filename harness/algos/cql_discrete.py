@@ -9,13 +9,11 @@ copied (``tau`` 1) or averaged every ``target_update_every`` gradient steps.
 from __future__ import annotations
 
 import copy
-
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
-from torch import nn
 
 from harness.algos.base import require_actions
 from harness.algos.conservative import CQLConfig, cql_penalty
