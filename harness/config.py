@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -217,7 +217,7 @@ def load(cfg: DictConfig) -> Config:
     """The composed config as typed objects; runs every ``__post_init__`` check."""
     if cfg.get("algo") is None or cfg.algo.get("name") not in ALGOS:
         raise ValueError(f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}")
-    typed = OmegaConf.to_object(cfg)
+    typed = cast(Config, OmegaConf.to_object(cfg))  # composed on base_config: a Config
     check_known_keys(cfg, typed)
     check_algo_fits_env(typed)
     return typed

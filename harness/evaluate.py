@@ -10,7 +10,7 @@ the mean ± standard deviation of their returns. With the run's own seed (the
 default) and episode count, the episodes are those of the run's evaluations
 (:func:`harness.collect.evaluate.eval_seed`), so a checkpoint scores what the
 run logged for it. ``video=true`` also writes the first episode to
-``<run_dir>/videos/evaluate-<step>.mp4``.
+``<run_dir>/videos/evaluate-step-<step>.mp4``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Options:
     episodes: Optional[int] = None  # default: the run's eval.episodes
     step: Optional[int] = None  # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
     seed: Optional[int] = None  # default: the run's seed, hence its evaluations' episodes
-    video: bool = False  # write the first episode to <run_dir>/videos/evaluate-<step>.mp4
+    video: bool = False  # write the first episode to <run_dir>/videos/evaluate-step-<step>.mp4
 
 
 def parse(argv: list[str]) -> Options:
@@ -52,9 +52,10 @@ def parse(argv: list[str]) -> Options:
     except Exception as e:  # a malformed key=value: say which, without a traceback
         raise SystemExit(f"cannot read the options {' '.join(argv[1:])} ({e})\n{USAGE}") from None
     for key, value in given.items():
-        if key not in ("episodes", "step", "seed", "video"):
-            raise SystemExit(f"{key}= is not an option of harness.evaluate\n{USAGE}")
-        setattr(options, str(key), _checked(str(key), value))
+        name = str(key)
+        if name not in ("episodes", "step", "seed", "video"):
+            raise SystemExit(f"{name}= is not an option of harness.evaluate\n{USAGE}")
+        setattr(options, name, _checked(name, value))
     if not (options.run_dir / "config.yaml").exists():
         raise SystemExit(f"{options.run_dir} is not a run directory (no config.yaml)\n{USAGE}")
     return options

@@ -9,14 +9,24 @@ they exchange anything.
 
 from __future__ import annotations
 
+from typing import Iterator, TypeVar, cast
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def pack(td: TensorDictBase) -> TensorDictBase:
     """A consolidated copy of ``td``: every leaf a view into one uint8 buffer."""
     return td.consolidate()
+
+
+def leaf_tensors(td: TensorDictBase) -> Iterator[torch.Tensor]:
+    """``td``'s leaves, nested ones included: tensors (tensordict types them
+    as any value a TensorDict can hold)."""
+    return cast(Iterator[torch.Tensor], td.values(include_nested=True, leaves_only=True))
 
 
 def buffer_of(packed: TensorDictBase) -> torch.Tensor:
@@ -29,7 +39,7 @@ def buffer_of(packed: TensorDictBase) -> torch.Tensor:
     """
     if not packed.is_consolidated():
         raise TypeError("buffer_of() needs a TensorDict made by pack()")
-    leaves = sorted((t for t in packed.values(include_nested=True, leaves_only=True) if t.numel()), key=torch.Tensor.data_ptr)
+    leaves = sorted((t for t in leaf_tensors(packed) if t.numel()), key=torch.Tensor.data_ptr)
     if not leaves:
         raise TypeError("buffer_of() needs a packed TensorDict with at least one non-empty tensor")
     storage = leaves[0].untyped_storage()
@@ -45,7 +55,8 @@ def buffer_of(packed: TensorDictBase) -> torch.Tensor:
 
 def _bytes(storage: torch.UntypedStorage, offset: int, nbytes: int) -> torch.Tensor:
     """A uint8 tensor over ``nbytes`` of ``storage`` from ``offset``: no copy."""
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, offset, (nbytes,))
+    empty = torch.empty(0, dtype=torch.uint8, device=storage.device)
+    return empty.set_(storage, offset, (nbytes,))  # type: ignore[call-overload]  # stub lacks stride's default (contiguous)
 
 
 def schema(td: TensorDictBase) -> list[str]:
@@ -69,7 +80,7 @@ def first_difference(mine: list[str], theirs: list[str]) -> str:
     return "none"
 
 
-def pack_parameters_(module: nn.Module) -> nn.Module:
+def pack_parameters_(module: ModuleT) -> ModuleT:
     """Move ``module``'s parameters and buffers into one packed buffer, in place.
 
     Call it before making an optimizer (which holds the parameter objects). A
@@ -86,8 +97,8 @@ def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.T
     """``(source bytes, target bytes)`` when every leaf of ``source`` sits in one
     buffer at the same relative offsets, dtypes and shapes as in ``target``:
     then one flat copy moves them all. ``None`` otherwise."""
-    src = list(source.values(include_nested=True, leaves_only=True))
-    dst = list(target.values(include_nested=True, leaves_only=True))
+    src = list(leaf_tensors(source))
+    dst = list(leaf_tensors(target))
     if not src or len(src) != len(dst):
         return None
     if any(a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or a.device != b.device for a, b in zip(src, dst)):

@@ -4,7 +4,7 @@ its run directory (or one of its checkpoints), and uniform random actions."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, cast
 
 import torch
 from omegaconf import OmegaConf
@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from harness import checkpoint
 from harness.algos import ALGOS
-from harness.algos.base import Policy
+from harness.algos.base import AlgoConfig, Policy
 from harness.collect.envs import EnvSpec, env_spec
 
 
@@ -43,7 +43,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
         raise FileNotFoundError(f"policy={path}: no run directory with a config.yaml there; give a run directory or one of its checkpoints/step-*")
     run_cfg = OmegaConf.load(run_dir / "config.yaml")
     name = run_cfg.algo.name
-    algo_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo))
+    algo_cfg = cast(AlgoConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo)))
     if (where / "state.pt").exists():
         state, meta = checkpoint.read(where)
     else:
@@ -56,7 +56,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     spec = env_spec(env_id)
     algo = ALGOS[name].for_spec(spec)(algo_cfg, spec, run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
-    policy = algo.published_models()["policy"]
+    policy = cast(Policy, algo.published_models()["policy"])  # the "policy" model is the algorithm's Policy
     policy.eval()
     frames = state["progress"]["frames"]
     return policy, algo.values_for_header(frames), {"policy": str(where), "algo": name, "frames": frames}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -95,8 +95,8 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
         )
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
-        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False)
-        changed = differences(saved, OmegaConf.to_container(raw, resolve=False))
+        saved = cast(dict, OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False))  # config.yaml is a mapping
+        changed = differences(saved, cast(dict, OmegaConf.to_container(raw, resolve=False)))
         if changed:
             raise RunDirError(
                 f"run_dir {run_dir} holds a run with other settings ({'; '.join(changed[:8])}"

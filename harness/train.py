@@ -97,6 +97,7 @@ def main(raw: DictConfig) -> None:
         if layout.is_trainer:
             run_trainer(cfg, layout, groups, run_dir)
         else:
+            assert groups is not None  # a collector is never the only rank
             run_collector(cfg, layout, groups)
     finally:
         shutdown_distributed()

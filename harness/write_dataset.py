@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, cast
 
 import hydra
 import numpy as np
@@ -130,6 +130,8 @@ def finish(cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sourc
 def write(cfg: DatasetConfig, layout: Layout) -> None:
     """Every rank rolls out its share; rank 0 then describes the whole."""
     random = RandomPolicy(env_spec(cfg.env.id, cfg.env.max_episode_steps))
+    policy: Policy
+    values: dict[str, float]
     if cfg.policy is None:
         policy, values, source = random, {}, {"policy": "random"}
     else:
@@ -149,7 +151,7 @@ ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
 
 @hydra.main(version_base=None, config_path="../conf", config_name="write_dataset")
 def main(raw: DictConfig) -> None:
-    cfg: DatasetConfig = OmegaConf.to_object(raw)
+    cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
     if cfg.mix:
         meta = dataset.concatenate(cfg.mix, cfg.out)
         log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))

@@ -56,6 +56,8 @@ def load_run(run_dir: Path) -> tuple[str, dict[str, np.ndarray]]:
     if not metrics.exists():
         sys.exit(f"{run_dir} has no metrics.csv: is it a run directory?")
     rows = list(csv.DictReader(metrics.open()))
+    if not rows:
+        sys.exit(f"{metrics} has no rows yet: a run writes one every logger.log_every_frames frames")
     columns = {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows]) for k in rows[0]}
     label = run_dir.name
     if (run_dir / "config.yaml").exists():

@@ -11,16 +11,16 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pytest
+from helpers import column, launch_env, rows, run_harness, wait_for
+from terminal import Terminal
 
 from harness import checkpoint
 from harness.distributed import signals
 from harness.metrics.console import ProgressBar, ProgressLines, clock, make_console
-from helpers import column, launch_env, rows, run_harness, wait_for
-from terminal import Terminal
 
 TINY = ["debug=tiny"]  # 1024 frames, a row every 256
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colours, erase-line, cursor show/hide
@@ -55,11 +55,35 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"))
 
 
+class Run(NamedTuple):
+    run_dir: Path
+    out: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory) -> Run:
+    """One tiny run in one process, its output piped (no terminal), shared by the tests below
+    that only read it: it evaluates one episode every 256 frames (the weights of 256, 512 and
+    768 frames; the final ones are not evaluated online), records the 1st and 3rd evaluations
+    (eval.video_every=2), writes TensorBoard too and keeps a checkpoint of every 256 frames."""
+    where = tmp_path_factory.mktemp("evaluated")
+    out = run_harness([*TINY, "logger.backends=[csv,tensorboard]", "eval.every_frames=256", "eval.episodes=1",
+                       "eval.video_every=2", "checkpoint.every_frames=256", "checkpoint.keep=4", "run_dir=run"], where)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return Run(where / "run", out)
+
+
+def evaluation_returns(run_dir: Path) -> list[float]:
+    returns = column(rows(run_dir), "eval/return")  # eval.every_frames = log_every_frames: one evaluation a row
+    assert len(returns) == 3
+    return returns
+
+
 # -- the console ---------------------------------------------------------------------------------------------
 
 BAR = re.compile(r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s (?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)")
 LINE = re.compile(r"frames +(?P<done>[\d,]+)/1,024 \( *(?P<percent>[\d.]+)%\) \| +(?P<rate>[\d,]+) frames/s \| "
-                  r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+) \| lag (?P<lag>[\d.]+)")
+                  r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+)(?: \| eval (?P<eval>-?[\d.]+))? \| lag (?P<lag>[\d.]+)")
 
 
 @pytest.mark.e2e
@@ -82,17 +106,18 @@ def test_progress_bar_is_redrawn_in_place_on_a_terminal(workdir):
 
 
 @pytest.mark.e2e
-def test_progress_is_one_plain_line_per_row_without_a_terminal(workdir):
-    out = run_harness([*TINY, "run_dir=run"], workdir)
-    assert out.returncode == 0, out.stderr[-3000:]
+def test_progress_is_one_plain_line_per_row_without_a_terminal(evaluated_run):
+    out, table = evaluated_run.out, rows(evaluated_run.run_dir)
     assert not CONTROL.search(out.stdout + out.stderr), repr((out.stdout + out.stderr)[-2000:])
-    table = rows(workdir / "run")
     lines = [LINE.fullmatch(line) for line in out.stdout.splitlines() if line.startswith("frames ")]
     assert len(lines) == len(table) == 4 and all(lines), out.stdout
+    shown = None  # an evaluation's return stays on the line until the next evaluation
     for line, row in zip(lines, table):
         assert int(line["done"].replace(",", "")) == int(row["frames"])
         assert float(line["percent"]) == pytest.approx(100 * int(row["frames"]) / 1024, abs=0.05)
         assert line["ret"] == f"{float(row['train/episode_return']):.1f}"
+        shown = f"{float(row['eval/return']):.1f}" if row.get("eval/return") else shown
+        assert line["eval"] == shown
 
 
 @pytest.mark.unit
@@ -111,7 +136,7 @@ def test_plain_lines_rates_and_times_left_past_a_day():
 
 
 @pytest.mark.unit
-def test_bar_only_on_a_terminal_that_can_draw_one(monkeypatch):
+def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypatch):
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -119,11 +144,17 @@ def test_bar_only_on_a_terminal_that_can_draw_one(monkeypatch):
     monkeypatch.setenv("TERM", "dumb")
     assert isinstance(make_console(10, stream=Tty()), ProgressLines)
     monkeypatch.setenv("TERM", "xterm-256color")
-    bar = make_console(10, stream=Tty())
+    monkeypatch.setenv("COLUMNS", "40")
+    screen, stdout = Tty(), sys.stdout
+    bar = make_console(10, stream=screen)
+    said = "Resume: the same command with run_dir=" + "/long/path" * 10  # 138 characters on 40 columns
     try:
         assert isinstance(bar, ProgressBar)
+        print(said)  # goes above the bar, in one piece: the terminal folds it, the text keeps it whole
+        bar.tick(5)
     finally:
         bar.close()
+    assert said in screen.getvalue() and sys.stdout is stdout  # and print goes where it went before
 
 
 # -- Ctrl-C ----------------------------------------------------------------------------------------------------
@@ -210,26 +241,27 @@ def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
     assert scalars["train/episode_return"][:2] == first_run[:2]
 
 
-# -- evaluation videos ---------------------------------------------------------------------------------------
+# -- evaluation videos, python -m harness.evaluate -----------------------------------------------------------
+
+def decoded(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
 
 @pytest.mark.e2e
-def test_evaluation_videos_hold_one_frame_per_step_of_the_episode(workdir):
-    """One episode per evaluation: on CartPole (reward 1 per step) its return is its length,
-    and the video holds one frame per step. video_every=2 records the 1st and 3rd evaluations."""
-    import av
+def test_evaluation_videos_hold_one_frame_per_step_of_the_episode(evaluated_run):
+    """One episode per evaluation: on CartPole (reward 1 per step) its return is its
+    length, and its video holds one frame per step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = workdir / "run"
-    out = run_harness([*TINY, "logger.console=false", "logger.backends=[csv,tensorboard]", "eval.every_frames=256",
-                       "eval.episodes=1", "eval.video_every=2", "run_dir=run"], workdir)
-    assert out.returncode == 0, out.stderr[-3000:]
-    returns = column(rows(run_dir), "eval/return")  # every_frames = log_every_frames: one evaluation a row
-    assert len(returns) == 3  # the weights of 256, 512 and 768 frames (the final ones are not evaluated)
-    videos = sorted((run_dir / "videos").iterdir())
+    run_dir = evaluated_run.run_dir
+    returns = evaluation_returns(run_dir)
+    videos = sorted((run_dir / "videos").glob("eval-*"))
     assert [v.name[:18] for v in videos] == ["eval-000000000256-", "eval-000000000768-"] and all(v.suffix == ".mp4" for v in videos)
-    for path, expected in zip(videos, (returns[0], returns[2])):
-        with av.open(str(path)) as container:
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    for path, expected in zip(videos, (returns[0], returns[2])):  # the 1st and the 3rd evaluation
+        frames = decoded(path)
         assert len(frames) == int(expected) == expected, path.name
         assert frames[0].shape == (400, 600, 3)  # CartPole's 600 x 400 picture
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
@@ -237,7 +269,21 @@ def test_evaluation_videos_hold_one_frame_per_step_of_the_episode(workdir):
     assert len(events.Images("eval/video")) == 2  # each video, as an animated GIF
 
 
-# -- python -m harness.evaluate ------------------------------------------------------------------------------
+@pytest.mark.unit
+def test_videos_without_the_extra_fail_at_start_up_saying_what_to_install(monkeypatch):
+    import importlib.util
+
+    from harness.config import EvalConfig
+    from harness.metrics import video
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pygame" else find_spec(name, *a))
+    with pytest.raises(ValueError, match=r"pygame is not installed\. Install the extra: pip install -e '\.\[video\]'"):
+        EvalConfig(every_frames=256, video_every=1)
+    assert EvalConfig(every_frames=256).video_every == 0  # no videos asked for: nothing needed
+    monkeypatch.undo()
+    video.check_video_support()  # here the extra is installed
+
 
 def evaluate(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness.evaluate", *args], cwd=cwd, env=launch_env(),
@@ -251,32 +297,42 @@ def printed_mean(out: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.e2e
-def test_evaluate_scores_a_checkpoint_as_the_run_logged_it(workdir):
-    """An online run evaluates the weights of 512 frames (the final weights are never
-    evaluated online) and checkpoints them: harness.evaluate, with the run's seed and
-    episode count, plays the same episodes with the same weights."""
-    out = run_harness([*TINY, "logger.console=false", "eval.every_frames=512", "eval.episodes=2",
-                       "checkpoint.every_frames=512", "run_dir=run"], workdir)
-    assert out.returncode == 0, out.stderr[-3000:]
-    logged = column(rows(workdir / "run"), "eval/return")
-    assert len(logged) == 1
-    scored = evaluate(["run", "step=512"], workdir)
+def test_evaluate_replays_the_runs_last_evaluation(evaluated_run, workdir):
+    """The run's last evaluation played the weights of 768 frames, which it also checkpointed:
+    harness.evaluate, with the run's seed and episode count, plays the same episode with them."""
+    run_dir = evaluated_run.run_dir
+    returns = evaluation_returns(run_dir)
+    scored = evaluate([str(run_dir), "step=768", "video=true"], workdir)
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert printed_mean(scored) == f"{logged[-1]:.2f}" and "step-000000000512" in scored.stdout
+    assert printed_mean(scored) == f"{returns[-1]:.2f}" and "step-000000000768" in scored.stdout
+    path = run_dir / "videos" / "evaluate-step-000000000768.mp4"
+    assert f"video: {path} ({int(returns[-1])} frames)" in scored.stdout
+    ours, theirs = decoded(path), decoded(next((run_dir / "videos").glob("eval-000000000768-*.mp4")))
+    assert len(ours) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(ours, theirs))  # the same episode
 
-    # Mistakes end with a sentence that names them, and no traceback.
-    (workdir / "started").mkdir()
-    (workdir / "started" / "config.yaml").write_text((workdir / "run" / "config.yaml").read_text())
-    for args, says in ((["run", "episodes=abc"], "episodes=abc is not a whole number"),
-                       (["run", "episodes=0"], "episodes must be at least 1"),
-                       (["run", "video=maybe"], "video=maybe is not true or false"),
-                       (["run", "epsiodes=3"], "epsiodes= is not an option of harness.evaluate"),
-                       (["run", "step=100"], "has no checkpoint at step 100; it has: [512, 1024]"),
-                       ([str(workdir)], "is not a run directory (no config.yaml)"),
-                       (["started"], "started has no checkpoint yet"),
+
+@pytest.mark.unit
+def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
+    from harness import evaluate as evaluate_module
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints/step-000000000512").mkdir(parents=True)
+    (run_dir / "checkpoints/step-000000000512/state.pt").write_bytes(b"")
+    (run_dir / "config.yaml").write_text("env: {id: CartPole-v1}\nseed: 1\neval: {episodes: 2}\n")
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started/config.yaml").write_text((run_dir / "config.yaml").read_text())
+    for args, says in (([str(run_dir), "episodes=abc"], "episodes=abc is not a whole number"),
+                       ([str(run_dir), "episodes=0"], "episodes must be at least 1"),
+                       ([str(run_dir), "step=1.5"], "step=1.5 is not a whole number"),
+                       ([str(run_dir), "video=maybe"], "video=maybe is not true or false"),
+                       ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.evaluate"),
+                       ([str(run_dir), "step=100"], "has no checkpoint at step 100; it has: [512]"),
+                       ([str(tmp_path)], "is not a run directory (no config.yaml)"),
+                       ([str(tmp_path / "started")], "started has no checkpoint yet"),
                        ([], "usage: python -m harness.evaluate RUN_DIR")):
-        bad = evaluate(args, workdir)
-        assert bad.returncode != 0 and says in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+        with pytest.raises(SystemExit) as stopped:
+            evaluate_module.main(args)
+        assert isinstance(stopped.value.code, str) and says in stopped.value.code, (args, stopped.value.code)  # exit status 1
 
 
 @pytest.mark.e2e
@@ -287,7 +343,7 @@ def test_evaluate_scores_the_final_checkpoint_as_the_run_logged_it(workdir):
     dataset = subprocess.run([sys.executable, "-m", "harness.write_dataset", "env=cartpole", "out=rand", "frames=500"],
                              cwd=workdir, env=launch_env(), capture_output=True, text=True, timeout=120)
     assert dataset.returncode == 0, dataset.stderr[-3000:]
-    out = run_harness(["algo=cql", "env=cartpole", "dataset=rand", "algo.hidden=32", "algo.gradient_steps=100",
+    out = run_harness(["algo=cql", "env=cartpole", "dataset=rand", "algo.hidden=32", "algo.compile=false", "algo.gradient_steps=100",
                        "sync.publish_every_updates=50", "logger.log_every_frames=50", "eval.episodes=3",
                        "logger.console=false", "run_dir=run"], workdir)
     assert out.returncode == 0, out.stderr[-3000:]

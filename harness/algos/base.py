@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, fields
-from typing import ClassVar, Mapping
+from typing import Any, ClassVar, Generic, Mapping, Protocol, TypeVar
 
 import torch
 from omegaconf import MISSING
@@ -90,10 +90,26 @@ class Policy(nn.Module, abc.ABC):
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict: ...
 
 
-class Algorithm(abc.ABC):
-    """Trainer-side half: networks, optimisers and the update."""
+class Stateful(Protocol):
+    """What a checkpoint holds: a module or an optimiser, by its ``state_dict``."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> Any: ...
+
+
+ConfigT = TypeVar("ConfigT", bound=AlgoConfig)
+PolicyT = TypeVar("PolicyT", bound=Policy)
+
+
+class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
+    """Trainer-side half: networks, optimisers and the update. Parameterised
+    by its config dataclass and the policy it trains, so that ``self.cfg``
+    and ``self.policy`` have their algorithm's types."""
 
     Config: ClassVar[type[AlgoConfig]]
+    cfg: ConfigT
+    policy: PolicyT
     # Named floats sent to collectors with every publish (DQN: epsilon).
     header_values: ClassVar[tuple[str, ...]] = ()
     # Store each frame's next observation in batches (replay-based algorithms).
@@ -106,7 +122,7 @@ class Algorithm(abc.ABC):
     # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
     compiled: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: AlgoConfig, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None,
+    def __init__(self, cfg: ConfigT, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None,
                  device: torch.device | str = "cpu"):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
@@ -135,7 +151,7 @@ class Algorithm(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def make_policy(cls, cfg: AlgoConfig, spec: EnvSpec) -> Policy:
+    def make_policy(cls, cfg: ConfigT, spec: EnvSpec) -> PolicyT:
         """The collectors' module; trainers build the same one and train it."""
 
     def published_models(self) -> dict[str, nn.Module]:
@@ -143,7 +159,7 @@ class Algorithm(abc.ABC):
         return {"policy": self.policy}
 
     @abc.abstractmethod
-    def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
+    def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
         """Learn from one round of collectors' batches; ``frames`` counts env
         frames before them. Returns metrics named ``train/...``: detached
         tensors (or numbers), read with ``float()`` once per log row, so that
@@ -154,7 +170,7 @@ class Algorithm(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         """Everything with a ``state_dict`` that a checkpoint must hold: models
         (unwrapped from DDP) and optimisers, by name."""
 

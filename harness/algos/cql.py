@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from harness.algos.base import Algorithm, Policy
+from harness.algos.base import Algorithm, Policy, Stateful
 from harness.algos.conservative import CQLConfig, cql_penalty
 from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.critics import Critics
@@ -29,14 +29,16 @@ from harness.collect.envs import EnvSpec
 __all__ = ["CQL", "CQLConfig", "DiscreteCQL", "cql_penalty"]
 
 
-class CQL(OfflineAlgorithm):
+class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     """Continuous CQL's trainer side: SAC's actor, entropy weight and twin
     critics, plus the penalty's Lagrange weight."""
 
     Config = CQLConfig
     compiled = ("critic_losses",)
+    policy: SACPolicy  # make_policy's on continuous actions, the only ones a CQL instance has (see __new__)
 
-    def __new__(cls, cfg: CQLConfig, spec: EnvSpec, *args, **kwargs) -> Algorithm:
+    # Any: a DiscreteCQL on discrete actions, which is no CQL, so no annotation narrower than Any is true.
+    def __new__(cls, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any) -> Any:
         # Transitional, for callers that still build ALGOS[name](...) rather than
         # ALGOS[name].for_spec(spec)(...): CQL(...) on discrete actions is DiscreteCQL(...).
         if spec.discrete:
@@ -66,7 +68,7 @@ class CQL(OfflineAlgorithm):
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> Policy:
         return DiscreteCQL.make_policy(cfg, spec) if spec.discrete else SACPolicy(spec, cfg.hidden)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha, "alpha_prime": self.alpha_prime,
                 "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer,
                 "alpha_prime_optimizer": self.alpha_prime_optimizer}

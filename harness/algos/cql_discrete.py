@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from harness.algos.base import require_actions
+from harness.algos.base import Stateful, require_actions
 from harness.algos.conservative import CQLConfig, cql_penalty
 from harness.algos.critics import soft_update
 from harness.algos.dqn import QPolicy
@@ -24,7 +24,7 @@ from harness.algos.optim import adam, step
 from harness.collect.envs import EnvSpec
 
 
-class DiscreteCQL(OfflineAlgorithm):
+class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
     """Discrete CQL's trainer side: a Q-network and its target."""
 
     Config = CQLConfig
@@ -40,7 +40,7 @@ class DiscreteCQL(OfflineAlgorithm):
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.q_optimizer = adam(self.policy.parameters(), lr=cfg.critic_lr)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "target": self.target, "q_optimizer": self.q_optimizer}
 
     def losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

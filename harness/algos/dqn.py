@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from harness.algos.base import Policy, require_actions
+from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.critics import soft_update
 from harness.algos.nets import mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
@@ -74,7 +74,7 @@ def epsilon_at(cfg: DQNConfig, frames: int, total_frames: int) -> float:
     return max(cfg.end_e, cfg.start_e + (cfg.end_e - cfg.start_e) * frames / duration)
 
 
-class DQN(OffPolicyAlgorithm):
+class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     """DQN's trainer side: the Q-network and its target."""
 
     Config = DQNConfig
@@ -91,7 +91,7 @@ class DQN(OffPolicyAlgorithm):
         require_actions(spec, True, "algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones")
         return QPolicy(spec, cfg.hidden_sizes)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "target": self.target, "optimizer": self.optimizer}
 
     def values_for_header(self, frames: int) -> dict[str, float]:

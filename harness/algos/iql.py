@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from harness.algos.base import Policy, require_actions
+from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offline import OfflineAlgorithm, OfflineConfig
@@ -66,7 +66,7 @@ class GaussianPolicy(Policy):
         return TensorDict(action=self.bounds.clamp(action), batch_size=obs.shape[:1])
 
 
-class IQL(OfflineAlgorithm):
+class IQL(OfflineAlgorithm[IQLConfig, GaussianPolicy]):
     """IQL's trainer side: twin critics, value function, actor."""
 
     Config = IQLConfig
@@ -85,7 +85,7 @@ class IQL(OfflineAlgorithm):
         require_actions(spec, False, "algo=iql is built for continuous actions; use algo=cql for discrete ones")
         return GaussianPolicy(spec, cfg.hidden)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "critics": self.critics, "value": self.value, "q_optimizer": self.q_optimizer,
                 "value_optimizer": self.value_optimizer, "actor_optimizer": self.actor_optimizer}
 

@@ -32,6 +32,9 @@ def mlp(inputs: int, hidden: Sequence[int], outputs: int, activation: type[nn.Mo
 class Bounds(nn.Module):
     """The action box as buffers: ``low + (tanh(u) + 1) / 2 * (high - low)``."""
 
+    scale: torch.Tensor  # buffers, registered in __init__
+    bias: torch.Tensor
+
     def __init__(self, spec: EnvSpec):
         super().__init__()
         low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 import torch
 from tensordict import TensorDict
 
-from harness.algos.base import AlgoConfig, Algorithm
+from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.collect.envs import EnvSpec
 
 
@@ -29,12 +29,15 @@ class OfflineConfig(AlgoConfig):
     gamma: float = 0.99  # discount
 
 
-class OfflineAlgorithm(Algorithm):
+OfflineConfigT = TypeVar("OfflineConfigT", bound=OfflineConfig)
+
+
+class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
     """An algorithm that learns from ``use_dataset``'s transitions, one ``learn`` per ``update``."""
 
     offline = True
 
-    def __init__(self, cfg: OfflineConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.data: TensorDict | None = None
 
@@ -42,9 +45,10 @@ class OfflineAlgorithm(Algorithm):
         """The transitions to learn from (memory-mapped is fine: only samples are read)."""
         self.data = data
 
-    def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
+    def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
         """One gradient step on a uniform sample of the dataset (collectors'
         messages carry evaluations, not frames)."""
+        assert self.data is not None, "use_dataset() comes first"
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
         return self.learn(self.data[index].to(self.device, non_blocking=True))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from tensordict import TensorDict
 
-from harness.algos.base import AlgoConfig, Algorithm
+from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.replay import ReplayBuffer
 from harness.collect.envs import EnvSpec
 
@@ -30,14 +30,16 @@ class OffPolicyConfig(AlgoConfig):
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
 
 
+OffPolicyConfigT = TypeVar("OffPolicyConfigT", bound=OffPolicyConfig)
 
-class OffPolicyAlgorithm(Algorithm):
+
+class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
     """An algorithm that learns from a replay of collectors' frames, ``learn`` per gradient step."""
 
     needs_next_obs = True
-    header_values = ("random",)  # 1 while collectors should act at random
+    header_values: ClassVar[tuple[str, ...]] = ("random",)  # 1 while collectors should act at random
 
-    def __init__(self, cfg: OffPolicyConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
@@ -60,6 +62,7 @@ class OffPolicyAlgorithm(Algorithm):
             frames += data.shape[0]
             if frames > self.cfg.learning_starts:
                 self.owed += self.cfg.update_to_data * data.shape[0]
+        assert self.buffer is not None  # made from the first batch; every update but offline ones' has one
         metrics: dict[str, torch.Tensor] = {}
         while self.owed >= 1:
             self.owed -= 1

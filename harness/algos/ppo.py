@@ -10,14 +10,14 @@ so only the actor's weights travel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, cast
 
 import torch
 from tensordict import TensorDict
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from harness.algos.base import AlgoConfig, Algorithm, Policy
+from harness.algos.base import AlgoConfig, Algorithm, Policy, Stateful
 from harness.algos.gae import gae
 from harness.algos.nets import mlp
 from harness.algos.optim import adam
@@ -72,7 +72,7 @@ class PPOPolicy(Policy):
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         dist = self.distribution(obs)
         if deterministic:
-            action = dist.probs.argmax(-1) if self.discrete else dist.mean
+            action = cast(Categorical, dist).probs.argmax(-1) if self.discrete else dist.mean
         else:
             action = dist.sample()
         logprob = dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
@@ -116,7 +116,7 @@ class PPOLoss(nn.Module):
                 "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
-class PPO(Algorithm):
+class PPO(Algorithm[PPOConfig, PPOPolicy]):
     """PPO's trainer side: actor and critic in one loss module, one optimiser."""
 
     Config = PPOConfig
@@ -134,7 +134,7 @@ class PPO(Algorithm):
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
         return PPOPolicy(spec, cfg.hidden_sizes)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"loss": self.loss, "optimizer": self.optimizer}  # the loss module holds actor and critic
 
     def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
@@ -143,7 +143,8 @@ class PPO(Algorithm):
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
-        rollout = torch.cat([b["rollout"] for b in batches], dim=1).to(self.device)  # [T, N]
+        # A TensorDict: torch.cat dispatches to tensordict's (torch's stub says Tensor).
+        rollout = cast(TensorDict, torch.cat([b["rollout"] for b in batches], dim=1)).to(self.device)  # [T, N]
         next_obs = torch.cat([b["next_obs"] for b in batches], dim=0).to(self.device)  # [N, ...]
         with torch.no_grad():
             values = self.loss.value(rollout["obs"])

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
+from harness.packing import leaf_tensors
+
 
 class ReplayBuffer:
     """Fixed-capacity transitions, oldest overwritten first, sampled uniformly."""
@@ -27,7 +29,7 @@ class ReplayBuffer:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.storage.values(include_nested=True, leaves_only=True))
+        return sum(t.numel() * t.element_size() for t in leaf_tensors(self.storage))
 
     def extend(self, batch: TensorDict) -> None:
         """Append ``batch`` (batch size ``[n]``), overwriting the oldest when full."""

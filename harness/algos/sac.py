@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from harness.algos.base import Policy, require_actions
+from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, LogScalar, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
@@ -74,7 +74,7 @@ class SACPolicy(Policy):
         return TensorDict(action=mean if deterministic else action, batch_size=obs.shape[:1])
 
 
-class SAC(OffPolicyAlgorithm):
+class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
     """SAC's trainer side: actor, twin critics, entropy weight."""
 
     Config = SACConfig
@@ -99,7 +99,7 @@ class SAC(OffPolicyAlgorithm):
         """The entropy weight (a tensor without gradient when tuned)."""
         return self.log_alpha().detach() if self.cfg.autotune else self.cfg.alpha
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha,
                 "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer}
 

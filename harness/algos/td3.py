@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from harness.algos.base import Policy, require_actions
+from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.critics import Critics, critic_metrics, soft_update
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
@@ -60,7 +60,7 @@ class TD3Policy(Policy):
         return TensorDict(action=action, batch_size=obs.shape[:1])
 
 
-class TD3(OffPolicyAlgorithm):
+class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
     """TD3's trainer side: actor and its target, twin critics."""
 
     Config = TD3Config
@@ -78,7 +78,7 @@ class TD3(OffPolicyAlgorithm):
         require_actions(spec, False, "algo=td3 needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
         return TD3Policy(spec, cfg.hidden, cfg.exploration_noise)
 
-    def checkpointed(self) -> dict[str, object]:
+    def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "policy_target": self.policy_target, "critics": self.critics,
                 "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer}
 

@@ -6,7 +6,7 @@ import importlib
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -82,7 +82,7 @@ class RestartingEnv(gym.Wrapper):
         self.last_obs, info = self.env.reset(seed=seed, options=options)
         return self.last_obs, info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except Exception as e:  # any failure of the env's own code

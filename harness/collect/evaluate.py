@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import gymnasium as gym
 import numpy as np
@@ -72,7 +72,7 @@ def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int],
 
 
 @torch.no_grad()
-def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict[str, float],
+def evaluate(policy: Policy, envs: gym.vector.SyncVectorEnv, seed: int, values: dict[str, float],
              frames: Optional[list[np.ndarray]] = None) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
     the episode returns. Bounded by the envs' time limits. ``frames``: append
@@ -85,7 +85,7 @@ def evaluate(policy: Policy, envs: gym.vector.VectorEnv, seed: int, values: dict
     low_high = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     while not finished.all():
         if frames is not None and not finished[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(cast(np.ndarray, envs.envs[0].render()))  # render_mode rgb_array: one array
         action = policy(obs, values, deterministic=True)["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)

@@ -70,6 +70,7 @@ class RolloutCollector:
             raise ValueError(f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}")
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        assert obs_space.shape is not None  # a Box: spec_of refuses other observation spaces at start-up
         self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs)
         # Per-field tensors and numpy views of them, looked up once: the step
         # loop then only copies (numpy item assignment is the cheapest there is).

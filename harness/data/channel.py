@@ -70,11 +70,14 @@ class BatchSender:
     def _buffer(self, batch: TensorDict) -> torch.Tensor:
         if batch is not self._batch:
             self._batch, self._wire = batch, buffer_of(batch)
+        assert self._wire is not None  # set with _batch
         return self._wire
 
     def _send(self, batch: TensorDict) -> None:
         try:
-            dist.isend(self._buffer(batch), dst=self.trainer, group=self.group).wait(timedelta(seconds=self.timeout_s))
+            work = dist.isend(self._buffer(batch), dst=self.trainer, group=self.group)
+            assert work is not None  # None only on a rank outside the group; every rank is in the data channel's
+            work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             raise ChannelError(
                 f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer} "
@@ -119,6 +122,7 @@ class BatchReceiver:
         works = {c: dist.irecv(self.wires[c], src=c, group=self.group) for c in self.collectors}
         deadline = time.monotonic() + self.timeout_s
         for c, work in works.items():
+            assert work is not None  # None only on a rank outside the group
             try:
                 work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
             except RuntimeError as e:
@@ -133,11 +137,12 @@ class BatchReceiver:
         if silent:
             raise self._error(silent[0], "the other collectors kept sending")
         work = dist.irecv(self.any_wire, group=self.group)  # from any source
+        assert work is not None  # None only on a rank outside the group
         try:
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             waiting = [c for c in self.collectors if c not in self.finished]
-            raise self._error(min(waiting, key=self.last_seen.get), e) from e
+            raise self._error(min(waiting, key=self.last_seen.__getitem__), e) from e  # every collector has an entry
         return self._seen(work._source_rank(), self.any_buffer)
 
     def drain(self) -> int:

@@ -20,6 +20,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import cast
 
 import torch
 from tensordict import TensorDict
@@ -147,13 +148,14 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
     envs = {meta.env for _, meta in loaded}
     if len(envs) > 1:
         raise DatasetError(f"cannot mix datasets of different envs: {sorted(envs)}")
-    data = torch.cat([d.select(*FIELDS).to_tensordict() for d, _ in loaded])
+    # A TensorDict: torch.cat dispatches to tensordict's (torch's stub says Tensor).
+    data = cast(TensorDict, torch.cat([d.select(*FIELDS).to_tensordict() for d, _ in loaded]))
     metas = [m for _, m in loaded]
     episodes = sum(m.episodes for m in metas)
     behaviour = sum(m.behaviour_return * m.episodes for m in metas) / episodes if episodes else float("nan")
 
     def mean_of(values: list[float | None]) -> float | None:
-        return None if None in values else sum(values) / len(values)
+        return None if None in values else sum(cast("list[float]", values)) / len(values)
 
     meta = Meta(
         env=metas[0].env, transitions=data.shape[0], episodes=episodes, behaviour_return=behaviour,

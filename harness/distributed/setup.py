@@ -60,9 +60,9 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) 
     group per channel (every rank creates every group, in the same order)."""
     join(layout, timeout_s)
     timeout = timedelta(seconds=timeout_s)
-    nodes = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
-    dist.all_gather(nodes, torch.tensor([layout.node_rank]))
-    nodes = [int(n) for n in nodes]
+    gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
+    dist.all_gather(gathered, torch.tensor([layout.node_rank]))
+    nodes = [int(n) for n in gathered]
     weights = [0, *layout.collector_ranks]
     sync = dist.new_group(weights, timeout=timeout, backend="gloo")
     data = dist.new_group(list(range(layout.world_size)), timeout=timeout, backend="gloo")

@@ -48,7 +48,7 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
     procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes)) for r in ranks}
     for p in procs.values():
         p.start()
-    results = {}
+    results: dict[int, tuple[str, object]] = {}
     deadline = time.monotonic() + timeout
     while len(results) < len(ranks) and time.monotonic() < deadline:
         try:

@@ -76,7 +76,7 @@ class Layout:
     local_world_size: int = 1  # ranks on this node
 
     @classmethod
-    def from_env(cls, trainers: int, env: dict[str, str] | None = None) -> "Layout":
+    def from_env(cls, trainers: int, env: Mapping[str, str] | None = None) -> "Layout":
         """Read torchrun's variables (all absent: a plain ``python`` run)."""
         env = os.environ if env is None else env
         layout = cls(

@@ -10,12 +10,14 @@ and no control characters.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
 import sys
-from typing import IO, Optional, Union
+from typing import IO, Any, Optional, Union
 
+from rich.ansi import AnsiDecoder
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeRemainingColumn
 from rich.text import Text
@@ -89,9 +91,48 @@ class _Rate(ProgressColumn):
         return Text(f"{task.speed:,.0f}/s" if task.speed else "-/s", style="progress.data.speed")
 
 
+class _Above(io.TextIOBase):
+    """Stands in for ``sys.stdout`` or ``sys.stderr`` while the bar is shown:
+    each whole line printed goes above the bar, as it was written. Not wrapped
+    at the terminal's width (rich's own stand-in breaks a long line in two, a
+    run directory's path in the middle): the terminal folds it on screen and
+    it stays one line to copy."""
+
+    def __init__(self, console: Console, file: IO[str]):
+        self.console, self.file, self.partial, self.decoder = console, file, "", AnsiDecoder()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.file, name)
+
+    def write(self, text: str) -> int:
+        *lines, self.partial = (self.partial + text).split("\n")
+        if lines:
+            self._print(lines)
+        return len(text)
+
+    def _print(self, lines: list[str]) -> None:
+        with self.console:
+            self.console.print(Text("\n").join(self.decoder.decode_line(line) for line in lines), soft_wrap=True)
+
+    def flush(self) -> None:
+        if self.partial:
+            self._print([self.partial])
+            self.partial = ""
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def isatty(self) -> bool:
+        return self.file.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # io.TextIOBase's would say None
+        return getattr(self.file, "encoding", None) or "utf-8"
+
+
 class ProgressBar:
-    """A bar redrawn in place. Log lines printed while it is shown (trainer
-    0's own ``logging`` output) go above it instead of through it."""
+    """A bar redrawn in place. Lines printed while it is shown (trainer 0's
+    own ``logging`` output) go above it, whole, instead of through it."""
 
     def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
         self.figures = Figures()
@@ -100,9 +141,13 @@ class ProgressBar:
             TextColumn("{task.description}"), BarColumn(bar_width=30),
             TextColumn("{task.completed:,.0f}/{task.total:,.0f}"), _Rate(), TimeRemainingColumn(),
             TextColumn("{task.fields[figures]}"), console=console, refresh_per_second=4,
+            redirect_stdout=False, redirect_stderr=False,  # _Above does it, without wrapping lines
         )
         self.task = self.progress.add_task(step.replace("_", " "), total=total, completed=start[0], figures="")
-        self.progress.start()  # from here sys.stdout and sys.stderr print above the bar
+        self.progress.start()
+        # From here sys.stdout and sys.stderr print above the bar.
+        self.real = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Above(console, sys.stdout), _Above(console, sys.stderr)
         self.swapped = _log_to(sys.stdout, sys.stderr)
 
     def tick(self, step: int) -> None:
@@ -113,12 +158,16 @@ class ProgressBar:
         self.progress.update(self.task, figures=self.figures.text())
 
     def close(self) -> None:
+        for stand_in in (sys.stdout, sys.stderr):
+            if isinstance(stand_in, _Above):
+                stand_in.flush()
+        sys.stdout, sys.stderr = self.real
         self.progress.stop()
         for handler, stream in self.swapped:
             handler.setStream(stream)
 
 
-def _log_to(stdout: IO[str], stderr: IO[str]) -> list[tuple[logging.StreamHandler, IO[str]]]:
+def _log_to(stdout: io.TextIOBase, stderr: io.TextIOBase) -> list[tuple[logging.StreamHandler, Any]]:
     """Point the logging handlers that write to the real stdout/stderr at
     ``stdout``/``stderr`` (the bar's stand-ins); returns what to restore."""
     swapped = []

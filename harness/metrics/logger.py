@@ -52,17 +52,20 @@ class CSVLog:
 
 
 class VideoFiles:
-    """New ``*.mp4`` files in a directory since the last look (evaluation
-    videos that a collector wrote), each with the step in its name."""
+    """New ``eval-*.mp4`` files in a directory since the last look (evaluation
+    videos that a collector wrote), each with the step in its name. Those of
+    ``python -m harness.evaluate video=true`` (``evaluate-*.mp4``) are not the run's."""
+
+    PATTERN = "eval-*.mp4"
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.seen = set(directory.glob("*.mp4")) if directory.exists() else set()  # a resumed run's are old news
+        self.seen = set(directory.glob(self.PATTERN)) if directory.exists() else set()  # a resumed run's are old news
 
     def new(self) -> list[Path]:
         if not self.directory.exists():
             return []
-        found = sorted(set(self.directory.glob("*.mp4")) - self.seen)
+        found = sorted(set(self.directory.glob(self.PATTERN)) - self.seen)
         self.seen.update(found)
         return found
 

@@ -60,7 +60,7 @@ class RolloutStats:
         sums, extremes = values[:-2].clone(), torch.stack([-values[-2], values[-1]])  # lag_min, lag_max come last
         dist.all_reduce(sums, group=group)
         dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group)
-        return RolloutStats(*sums.tolist(), -float(extremes[0]), float(extremes[1]))
+        return RolloutStats(*[*sums.tolist(), -float(extremes[0]), float(extremes[1])])
 
     def row(self) -> dict[str, float]:
         def mean(total: float, count: float) -> float:

@@ -11,6 +11,7 @@ environment already chose, or a display is there to use.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 from pathlib import Path
@@ -22,11 +23,13 @@ VIDEO_HINT = "pip install -e '.[video]'  (or: EXTRAS=video scripts/train.sh ...)
 
 
 def check_video_support() -> None:
-    """Fail at start-up, with what to do, where videos cannot be written."""
-    try:
-        import av  # noqa: F401  (only probing that the extra is installed)
-    except ImportError as e:
-        raise ValueError(f"videos need PyAV and pygame, which are not installed. Install the extra: {VIDEO_HINT}") from e
+    """Fail at start-up, with what to do, where videos cannot be written:
+    PyAV writes them, pygame draws classic-control envs (both in the extra).
+    Probed without importing them (pygame greets whoever imports it)."""
+    missing = [name for module, name in (("av", "PyAV"), ("pygame", "pygame")) if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ValueError(f"videos need PyAV and pygame; {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                         f"not installed. Install the extra: {VIDEO_HINT}")
 
 
 def headless_rendering() -> None:

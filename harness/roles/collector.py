@@ -60,15 +60,15 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
         first_round = True
         while not header.stop:
             if streaming:  # the newest weights before every env step
-                batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.header)
+                batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
             else:
                 batch = collector.collect(header)
             if evaluation is not None:
-                evaluation.maybe_run(batch, subscriber.header)
+                evaluation.maybe_run(batch, subscriber.current_header())
             batch["stats", "preempt"].fill_(signals.requested())
             if streaming:
                 sender.send(batch, while_waiting=subscriber.poll)
-                header = subscriber.poll() or subscriber.header
+                header = subscriber.poll() or subscriber.current_header()
             else:
                 sender.send(batch)
                 # The next version; pipelined, the first two rounds share one.

@@ -6,9 +6,11 @@ Each takes a :class:`~harness.roles.trainer.Trainer` and runs until it is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.roles.trainer import Trainer
 
 
@@ -42,7 +44,8 @@ def async_stream(trainer: Trainer) -> None:
     than ``collector.max_policy_lag`` versions old."""
     progress, max_lag, source = trainer.progress, trainer.cfg.collector.max_policy_lag, trainer.connected.batches
     assert source is not None
-    sync_ms, metrics = 0.0, {}
+    sync_ms = 0.0
+    metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
         batch = source.receive_any()
         if progress.version - int(batch["rollout", "policy_version"].min()) > max_lag:
@@ -63,7 +66,8 @@ def offline_steps(trainer: Trainer) -> None:
     waits for the final weights' evaluation."""
     progress, source = trainer.progress, trainer.connected.evaluations
     assert source is not None
-    sync_ms, metrics = 0.0, {}
+    sync_ms = 0.0
+    metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
         metrics = trainer.algo.update([], progress.frames)
         trainer.learned([], 0)

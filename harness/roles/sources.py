@@ -14,11 +14,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Optional, Protocol, cast
 
 from tensordict import TensorDict
 
-from harness.algos import Algorithm
+from harness.algos import Algorithm, Policy
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation
 from harness.collect.rollout import RolloutCollector, batch_template
 from harness.config import Config
@@ -70,9 +70,9 @@ class InlineCollector:
 
     def receive_any(self) -> TensorDict:
         self.subscriber.poll()
-        batch = self.collector.collect(self.subscriber.header)
+        batch = self.collector.collect(self.subscriber.current_header())  # trainer 0 published version 0 first
         if self.evaluation is not None:
-            self.evaluation.maybe_run(batch, self.subscriber.header)
+            self.evaluation.maybe_run(batch, self.subscriber.current_header())
         return batch
 
     def drain(self) -> int:
@@ -182,6 +182,7 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
     channel, or two ranks could block on each other's second handshake.
     """
     models = algo.published_models()
+    publisher: Optional[WeightPublisher]  # trainer 0's
     if layout.single_process:
         publisher, subscriber = local_pair(cfg.sync.timeout_s)
         publisher.connect(models, algo.header_values)
@@ -201,7 +202,8 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         template = eval_message()
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        template = batch_template(models["policy"], algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs)
+        policy = cast(Policy, models["policy"])  # the "policy" model is the algorithm's Policy
+        template = batch_template(policy, algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs)
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))

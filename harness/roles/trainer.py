@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional, cast
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,7 @@ from tensordict import TensorDict
 
 from harness import checkpoint
 from harness.algos import ALGOS, Algorithm
+from harness.algos.offline import OfflineAlgorithm
 from harness.collect.envs import env_spec
 from harness.config import Config
 from harness.data import dataset
@@ -51,9 +52,10 @@ class Trainer:
         self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
         self.normalize: Optional[Callable[[float], Optional[float]]] = None  # offline: return -> normalised score
         if self.offline:
+            assert cfg.dataset is not None  # Config refuses an offline algorithm without one
             data, meta = dataset.load(cfg.dataset, cfg.env.id)
             dataset.check_shapes(cfg.dataset, data, spec.obs_shape, spec.action_shape)
-            self.algo.use_dataset(data)
+            cast(OfflineAlgorithm, self.algo).use_dataset(data)  # offline is OfflineAlgorithm's
             self.normalize = meta.normalized
         self.progress = Progress()
         self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
@@ -66,7 +68,7 @@ class Trainer:
         if layout.rank == 0:
             # What config.yaml holds, interpolations unresolved: no secret reaches wandb either.
             saved = run_dir / "config.yaml"
-            config = OmegaConf.to_container(OmegaConf.load(saved), resolve=False) if saved.exists() else {}
+            config = cast(dict, OmegaConf.to_container(OmegaConf.load(saved), resolve=False)) if saved.exists() else {}
             self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit)
         self.stats = RolloutStats()
         self.eval_stats = EvalStats()
@@ -148,7 +150,7 @@ class Trainer:
         self.published = version
         return 1000 * (time.perf_counter() - started)
 
-    def log(self, metrics: dict[str, torch.Tensor | float], sync_ms: float) -> None:
+    def log(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
         """A row every ``logger.log_every_frames`` steps and at the end. The
         algorithm's metrics are read here, once per row, not once per update."""
         if not (self.step >= self.next_log or self.stopping):

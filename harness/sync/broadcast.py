@@ -39,6 +39,7 @@ class BroadcastSink(_BroadcastEnd):
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
         self.finish()  # the previous broadcast still reads the buffer
+        assert self.payload is not None  # open() made it
         self.payload.write(weights, header)
         self._work = dist.broadcast(self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True)
 
@@ -71,6 +72,7 @@ class BroadcastSource(_BroadcastEnd):
         self._post()
 
     def _post(self) -> None:
+        assert self.payload is not None  # open() made it
         self._work = dist.broadcast(self.payload.buffer, src=self.root, group=self.group, async_op=True)
 
     @property
@@ -79,6 +81,7 @@ class BroadcastSource(_BroadcastEnd):
         return self._work is None
 
     def _apply(self, live: Payload) -> Header:
+        assert self.payload is not None  # open() made it
         header = self.payload.header()
         live.copy_from(self.payload)
         if header.stop:
@@ -93,6 +96,7 @@ class BroadcastSource(_BroadcastEnd):
         return self.wait_into(live, timeout_s=1.0)
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
+        assert self._work is not None  # callers check exhausted (no receive posted) first
         try:
             self._work.wait(timedelta(seconds=timeout_s))
         except RuntimeError as e:

@@ -134,6 +134,11 @@ class WeightSubscriber(abc.ABC):
     def close(self) -> None:
         """Cancel pending receives and release resources."""
 
+    def current_header(self) -> Header:
+        """``header``, once a version was applied (after the first ``wait``): never None then."""
+        assert self.header is not None, f"{self.endpoint}: no weights applied yet"
+        return self.header
+
     def timeout_error(self, what: str, timeout_s: float, cause: BaseException | None = None) -> SyncError:
         """The error for a wait that expired: who waited, for what, for how long."""
         return SyncError(

@@ -27,11 +27,11 @@ class Publisher(WeightPublisher):
         self,
         endpoint: Endpoint,
         timeout_s: float,
-        sinks: list[Sink],
+        sinks: Sequence[Sink],
         handshake_group: dist.ProcessGroup,
         wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
-        after_open: Callable[[], None] = lambda: None,
+        after_open: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
     ):
         super().__init__(endpoint, timeout_s)
@@ -78,7 +78,7 @@ class Subscriber(WeightSubscriber):
         forward: Sink | None = None,
         wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
-        before_source: Callable[[], None] = lambda: None,
+        before_source: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
     ):
         super().__init__(endpoint, timeout_s)
@@ -131,7 +131,7 @@ class Subscriber(WeightSubscriber):
                 self._applied(self.source.wait_into(self.live, remaining))
             except SyncError as e:
                 raise self.timeout_error(f"weights version >= {min_version}", timeout_s, e) from e
-        return self.header
+        return self.current_header()
 
     def close(self) -> None:
         self.source.close()

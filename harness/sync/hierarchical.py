@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from harness.distributed.setup import Groups
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.contract import Endpoint
+from harness.sync.contract import Endpoint, Sink
 from harness.sync.endpoints import Publisher, Subscriber
 from harness.sync.shared_memory import ShmSink, ShmSource
 from harness.sync.shm import exchange_segment_names
@@ -32,7 +32,7 @@ def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publi
     node = groups.nodes[0]
     readers = sum(groups.nodes[c] == node for c in collectors)
     local = ShmSink(node, readers) if readers else None
-    sinks = [s for s in (local,) if s is not None]
+    sinks: list[Sink] = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
         sinks.append(BroadcastSink(endpoint, groups.leaders, cfg.timeout_s))
     return Publisher(endpoint, cfg.timeout_s, sinks, groups.sync, cfg.torch_wire_dtype,

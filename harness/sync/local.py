@@ -33,6 +33,7 @@ class LocalPublisher(WeightPublisher):
         self.payload_bytes = self.mailbox.payload.buffer.numel()
 
     def publish(self, header: Header) -> None:
+        assert self.mailbox.payload is not None  # connect() made it
         self.mailbox.payload.write(self.source, header)
         self.mailbox.version = header.version
 
@@ -55,6 +56,7 @@ class LocalSubscriber(WeightSubscriber):
     def poll(self) -> Header | None:
         if self.mailbox.version <= self.version:
             return None
+        assert self.mailbox.payload is not None  # a version was published, so the publisher connected
         self.live.buffer.copy_(self.mailbox.payload.buffer)
         self.header = self.live.header()
         self.version = self.header.version
@@ -66,7 +68,7 @@ class LocalSubscriber(WeightSubscriber):
         self.poll()
         if self.version < min_version:
             raise self.timeout_error(f"weights version >= {min_version}", 0)
-        return self.header
+        return self.current_header()
 
 
 def local_pair(timeout_s: float) -> tuple[LocalPublisher, LocalSubscriber]:

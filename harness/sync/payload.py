@@ -7,7 +7,7 @@ else; the :class:`Header` is the small control block that travels in it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -93,7 +93,8 @@ class Payload:
             start = t.data_ptr() - base
             return buffer[start : start + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
 
-        return Payload(self.td.apply(view), buffer, self.value_names)
+        # apply() is None only when fn returns None for every leaf; view returns a tensor
+        return Payload(cast(TensorDictBase, self.td.apply(view)), buffer, self.value_names)
 
     def bind(self, models: Mapping[str, nn.Module]) -> None:
         """Make the models' parameters views into this payload's buffer, so that

@@ -116,6 +116,7 @@ class Segment:
         remove_stale_segments()
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-n{node}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes, slots))  # mode 0600
+        assert shm.buf is not None  # None only once closed
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         segment = cls(name, shm.buf, fd, slot_bytes, slots, owner=True, closer=shm.close)
         segment.control[:] = -1  # no latest slot, every slot's version -1
@@ -175,6 +176,7 @@ class ShmSink:
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
+        assert self.segment is not None  # open() made it
         segment, control = self.segment, self.segment.control
         latest = int(control[LATEST])
         others = sorted((s for s in range(len(segment.slots)) if s != latest), key=lambda s: control[VERSION + s])
@@ -216,6 +218,7 @@ class ShmSource:
 
     def _pin_latest(self) -> int:
         """Move our lock to the latest slot; the writer may retire it meanwhile, so retry."""
+        assert self.segment is not None  # open() attached it
         if self.pinned is not None:
             self.segment.lock(self.pinned, fcntl.F_UNLCK)
             self.pinned = None
@@ -228,6 +231,7 @@ class ShmSource:
         raise SyncError(f"shared-memory segment {self.segment.name}: could not lock the latest slot in {MAX_RETRIES} tries")
 
     def poll_into(self, live: Payload) -> Header | None:
+        assert self.segment is not None  # open() attached it
         control = self.segment.control
         latest = int(control[LATEST])
         if latest < 0 or int(control[VERSION + latest]) <= self.version:
@@ -243,6 +247,7 @@ class ShmSource:
         return header
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
+        assert self.segment is not None  # open() attached it
         start = last_check = time.monotonic()
         writer = int(self.segment.control[PID])
         while True:

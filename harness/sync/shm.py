@@ -21,7 +21,10 @@ def exchange_segment_names(groups: Groups, node: int, sink: ShmSink | None) -> d
     """Every member of the sync group learns which segment serves each node.
     (torchrun's ranks are not forked from one parent: names are the only link.)"""
     entries: list = [None] * dist.get_world_size(groups.sync)
-    mine = (node, sink.segment.name) if sink is not None else None
+    mine = None
+    if sink is not None:
+        assert sink.segment is not None  # sinks are opened before the names are exchanged
+        mine = (node, sink.segment.name)
     dist.all_gather_object(entries, mine, group=groups.sync)
     return {n: name for n, name in filter(None, entries)}
 
