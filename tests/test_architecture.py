@@ -193,3 +193,4 @@ def test_ruff_finds_nothing_to_fix():
     ruff = Path(sys.executable).parent / "ruff"
     out = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", str(ROOT)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
