@@ -75,6 +75,8 @@ def main(raw: DictConfig) -> None:
     nccl = cfg.sync.name == "nccl"
     placement = place(layout, cfg.trainer.device, cfg.collector.device, cfg.trainer.threads, cfg.collector.threads, nccl)
     placement.apply()  # before any process group: NCCL binds to the current device
+    if layout.is_trainer:
+        cfg.trainer.device = placement.device  # resolved (cuda:<i> or cpu): where the algorithm lives
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
     try:

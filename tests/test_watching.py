@@ -15,8 +15,8 @@ pytestmark = pytest.mark.e2e
 TINY = ["debug=tiny", "logger.console=false"]
 
 
-def wandb_history(run_dir: Path) -> list[dict]:
-    """History rows of the newest offline wandb run in ``run_dir``, read from
+def wandb_records(run_dir: Path) -> list:
+    """The records of the newest offline wandb run in ``run_dir``, read from
     its ``.wandb`` file: a LevelDB-style record log of wandb's own protobuf
     records (wandb >= 0.19 has no Python reader; this is what `wandb sync` reads)."""
     from wandb.proto import wandb_internal_pb2
@@ -35,13 +35,18 @@ def wandb_history(run_dir: Path) -> list[dict]:
         chunks = payload if kind in (1, 2) else chunks + payload  # full/first, then middle/last
         if kind in (1, 4):
             records.append(chunks)
-    history = []
+    parsed = []
     for raw in records:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
-    return history
+        parsed.append(record)
+    return parsed
+
+
+def wandb_history(run_dir: Path) -> list[dict]:
+    """History rows of the newest offline wandb run in ``run_dir``."""
+    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            for record in wandb_records(run_dir) if record.WhichOneof("record_type") == "history"]
 
 
 def test_offline_wandb_run_holds_the_logged_metrics(workdir):
@@ -54,6 +59,9 @@ def test_offline_wandb_run_holds_the_logged_metrics(workdir):
                 "sync/ms", "sync/bytes", "collect/policy_lag_max", "train/approx_kl", "train/entropy"):
         assert key in history[-1], key
     assert history[-1]["sync/bytes"] > 1000
+    run = next(r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run")
+    # One group per experiment (shared by a sweep's runs), named after the run directory, tagged algo, env, scheme.
+    assert run.display_name == "run" and run.group and list(run.tags)[:3] == ["ppo", "CartPole-v1", "gloo"]
 
 
 def test_resumed_run_continues_the_same_wandb_run(workdir):

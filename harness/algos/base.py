@@ -89,6 +89,15 @@ class Policy(nn.Module, abc.ABC):
     @abc.abstractmethod
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict: ...
 
+    def act(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+        """``forward`` for CPU observations, wherever the weights are: with
+        ``sync=nccl`` a collector's policy views a buffer on its GPU, so the
+        observations go there once per step and the outputs come back once."""
+        weight = next(self.parameters(), None)  # None: a policy without weights (random actions)
+        if weight is None or weight.device.type == "cpu":
+            return self(obs, values, deterministic)
+        return self(obs.to(weight.device, non_blocking=True), values, deterministic).to("cpu")
+
 
 class Stateful(Protocol):
     """What a checkpoint holds: a module or an optimiser, by its ``state_dict``."""

@@ -86,7 +86,7 @@ def evaluate(policy: Policy, envs: gym.vector.SyncVectorEnv, seed: int, values: 
     while not finished.all():
         if frames is not None and not finished[0]:
             frames.append(cast(np.ndarray, envs.envs[0].render()))  # render_mode rgb_array: one array
-        action = policy(obs, values, deterministic=True)["action"].numpy()
+        action = policy.act(obs, values, deterministic=True)["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
         next_obs, reward, terminated, truncated, _ = envs.step(action)

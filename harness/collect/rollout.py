@@ -39,7 +39,7 @@ def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_e
     one at an episode's end), as replay-based algorithms need."""
     obs = torch.zeros(num_envs, *obs_shape)
     with torch.no_grad():
-        out = policy(obs)
+        out = policy.act(obs)
     frame = out.clone().update(
         {
             "obs": obs,
@@ -99,7 +99,7 @@ class RolloutCollector:
         for t in range(self.steps):
             if refresh is not None:
                 header = refresh()
-            out = self.policy(self.obs, header.values)
+            out = self.policy.act(self.obs, header.values)
             env_action = out["action"].numpy()
             if self.clip is not None:
                 env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action

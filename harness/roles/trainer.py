@@ -46,7 +46,10 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
         self.ddp_group = groups.trainers if groups is not None else None
-        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(cfg.algo, spec, cfg.collector.total_frames, self.ddp_group)
+        # train.py resolves trainer.device from the placement; a Trainer built elsewhere (a test's) keeps "auto" on the CPU.
+        device = "cpu" if cfg.trainer.device == "auto" else cfg.trainer.device
+        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(cfg.algo, spec, cfg.collector.total_frames, self.ddp_group,
+                                                                   device=device)
         self.offline = self.algo.offline
         self.unit = "gradient_steps" if self.offline else "frames"
         self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
