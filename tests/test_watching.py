@@ -61,7 +61,7 @@ def test_offline_wandb_run_holds_the_logged_metrics(workdir):
     assert history[-1]["sync/bytes"] > 1000
     run = next(r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run")
     # One group per experiment (shared by a sweep's runs), named after the run directory, tagged algo, env, scheme.
-    assert run.display_name == "run" and run.group and list(run.tags)[:3] == ["ppo", "CartPole-v1", "gloo"]
+    assert run.display_name == "run" and run.run_group and list(run.tags)[:3] == ["ppo", "CartPole-v1", "gloo"]
 
 
 def test_resumed_run_continues_the_same_wandb_run(workdir):
