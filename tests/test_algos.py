@@ -140,12 +140,17 @@ def test_cql_batched_sampled_action_call_equals_the_per_kind_calls():
     assert torch.allclose(together, torch.stack(one_by_one, -1), atol=1e-6)
 
 
+def seeded_sac_policy() -> tuple[SACPolicy, torch.Tensor]:
+    """A small SAC actor and 4 Pendulum observations, then the sampling seed set."""
+    torch.manual_seed(0)
+    policy, obs = SACPolicy(PENDULUM, 16), torch.randn(4, 3)
+    torch.manual_seed(1)
+    return policy, obs
+
+
 @pytest.mark.unit
 def test_sac_policy_samples_n_actions_per_observation_as_n_passes_would():
-    torch.manual_seed(0)
-    policy = SACPolicy(PENDULUM, 16)
-    obs = torch.randn(4, 3)
-    torch.manual_seed(1)
+    policy, obs = seeded_sac_policy()
     action, log_prob, mean = policy.sample(obs, 3)
     torch.manual_seed(1)
     action_rep, log_prob_rep, _ = policy.sample(obs.repeat_interleave(3, 0))
@@ -155,10 +160,7 @@ def test_sac_policy_samples_n_actions_per_observation_as_n_passes_would():
 
 @pytest.mark.unit
 def test_sac_policy_log_prob_is_the_squashed_gaussian_density():
-    torch.manual_seed(0)
-    policy = SACPolicy(PENDULUM, 16)
-    obs = torch.randn(4, 3)
-    torch.manual_seed(1)
+    policy, obs = seeded_sac_policy()
     action, log_prob, _ = policy.sample(obs)
     torch.manual_seed(1)
     noise = torch.randn(4, 1)
