@@ -172,6 +172,9 @@ class Config:
                 f"topology.trainers={self.topology.trainers} with collector.mode=async: data-parallel trainers "
                 "need equal batches each step, which only sync mode gives. Use collector.mode=sync or one trainer."
             )
+        if getattr(self.algo, "normalize_reward", False) and self.collector.mode != "sync":
+            raise ValueError("algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
+                             "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync.")
 
     def _check_dataset(self) -> None:
         offline = ALGOS[self.algo.name].offline

@@ -85,6 +85,9 @@ def test_overrides_reach_typed_fields():
         ("algo.gamma=0", "algo.gamma=0 is out of range: algo=ppo needs it in (0, 1]"),
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
+        ("algo.normalize_reward=true collector.mode=async", "algo.normalize_reward=true with collector.mode=async"),
+        ("algo=iql env=pendulum dataset=x algo.normalize_obs=true", "algo.normalize_obs=true: algo=iql learns from a fixed dataset"),
+        ("algo.obs_clip=0", "algo.obs_clip=0 is out of range: algo=ppo needs it > 0"),
     ],
 )
 def test_bad_values_fail_with_the_value_and_the_fix(override, message):

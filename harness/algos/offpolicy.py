@@ -1,7 +1,10 @@
 """The skeleton every off-policy algorithm shares: store collectors' frames as
 transitions in a replay buffer, then take ``update_to_data`` gradient steps
 per stored frame once ``learning_starts`` frames are in. Before that,
-collectors act at random (the ``random`` header value).
+collectors act at random (the ``random`` header value). With
+``algo.normalize_obs`` the buffer keeps raw observations; the statistics
+grow with every stored frame and each sampled batch is normalised with the
+current ones (off by default, as in CleanRL's SAC and TD3).
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
             data = self.transitions(batch)
             if self.buffer is None:
                 self.buffer = ReplayBuffer(self.cfg.buffer_size, data[0], self.cfg.memmap_dir or None)
-            self.buffer.extend(data)
+            self.buffer.extend(data)  # raw observations: each sample is normalised with the statistics of its step
+            if self.obs_norm is not None:
+                self.obs_norm.update(data["obs"])
             frames += data.shape[0]
             if frames > self.cfg.learning_starts:
                 self.owed += self.cfg.update_to_data * data.shape[0]
@@ -67,8 +72,14 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         while self.owed >= 1:
             self.owed -= 1
             self.gradient_steps += 1
-            metrics = self.learn(self.buffer.sample(self.cfg.batch_size).to(self.device, non_blocking=True))
+            metrics = self.learn(self.normalized_batch(self.buffer.sample(self.cfg.batch_size).to(self.device, non_blocking=True)))
         return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size}
+
+    def normalized_batch(self, batch: TensorDict) -> TensorDict:
+        """``batch`` with ``obs`` and ``next_obs`` as the networks see them (``normalized``)."""
+        if self.obs_norm is None:
+            return batch
+        return batch.set("obs", self.obs_norm(batch["obs"])).set("next_obs", self.obs_norm(batch["next_obs"]))
 
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""
