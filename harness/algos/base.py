@@ -144,7 +144,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     needs_next_obs: ClassVar[bool] = False
     # Learns from a fixed dataset, not from collectors' frames (harness/algos/offline.py).
     offline: ClassVar[bool] = False
-    # Averages gradients over several trainers (topology.trainers > 1) with ``data_parallel``.
+    # Averages gradients over several trainers (topology.trainers > 1): with ``data_parallel`` (DDP) when the
+    # loss is one module's forward, else with ``optim.step(..., self.ddp_group)`` per optimiser step.
     data_parallel_trainers: ClassVar[bool] = False
     # Attributes (loss methods, loss modules) that ``algo.compile`` replaces with their ``torch.compile``d selves:
     # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
