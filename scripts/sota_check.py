@@ -49,7 +49,7 @@ class Published:
 
 
 PRESETS = {
-    "ppo_cartpole": Published("PPO", "CartPole-v1", "490 ± 6 (CleanRL)", 500_000),
+    "ppo_cartpole": Published("PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000),
     "dqn_cartpole": Published("DQN", "CartPole-v1", "489 ± 16 (CleanRL)", 500_000),
     "sac_pendulum": Published("SAC", "Pendulum-v1", "about -150", 20_000),
     "td3_pendulum": Published("TD3", "Pendulum-v1", "about -150", 20_000),

@@ -1,0 +1,184 @@
+"""Seconds from launch to a score: the default job (``torchrun --nproc_per_node=3
+-m harness.train``: PPO on CartPole-v1, 1 trainer + 2 collectors) against a
+single-file PPO launched the same way a user launches CleanRL's ``ppo.py``
+(one process, its settings: 4 envs x 128 steps, 4 epochs of 4 minibatches,
+lr 2.5e-4 annealed, entropy bonus 0.01), written out below as the reference.
+
+Both report the mean return of the episodes that ended in each window of
+``--log-every`` frames (the harness's ``train/episode_return`` row); the time to
+the score is when the first window at or above ``--score`` is seen, counted from
+the launch, so start-up is included. Seeds run interleaved (harness, reference,
+harness, ...) so that a noisy machine hits both alike; medians are reported.
+
+    python benchmarks/time_to_score.py --json /tmp/time_to_score.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def reference_ppo(seed: int, frames: int, log_every: int) -> None:
+    """CleanRL ppo.py's algorithm and settings, one process; prints ``frames mean_return`` per window."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
+    from torch.distributions import Categorical
+
+    num_envs, steps, epochs, minibatches, lr = 4, 128, 4, 4, 2.5e-4
+    gamma, lam, clip, ent_coef, vf_coef, max_norm = 0.99, 0.95, 0.2, 0.01, 0.5, 0.5
+    torch.manual_seed(seed)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)]))
+
+    def layer(i: int, o: int, std: float = 2 ** 0.5) -> nn.Linear:
+        lin = nn.Linear(i, o)
+        nn.init.orthogonal_(lin.weight, std)
+        nn.init.zeros_(lin.bias)
+        return lin
+
+    critic = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
+    actor = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 2, 0.01))
+    params = [*critic.parameters(), *actor.parameters()]
+    opt = torch.optim.Adam(params, lr=lr, eps=1e-5)
+    obs_buf = torch.zeros(steps, num_envs, 4)
+    act_buf, logp_buf, rew_buf, done_buf, val_buf = (torch.zeros(steps, num_envs) for _ in range(5))
+    obs, _ = envs.reset(seed=seed)
+    obs, done = torch.as_tensor(obs, dtype=torch.float32), torch.zeros(num_envs)
+    seen, window, returns = 0, log_every, []
+    updates = frames // (num_envs * steps)
+    for update in range(updates):
+        opt.param_groups[0]["lr"] = lr * (1 - update / updates)
+        for t in range(steps):
+            obs_buf[t], done_buf[t] = obs, done
+            with torch.no_grad():
+                dist = Categorical(logits=actor(obs))
+                action = dist.sample()
+                logp_buf[t], val_buf[t], act_buf[t] = dist.log_prob(action), critic(obs).squeeze(-1), action
+            nxt, reward, term, trunc, info = envs.step(action.numpy())
+            rew_buf[t] = torch.as_tensor(reward, dtype=torch.float32)
+            obs, done = torch.as_tensor(nxt, dtype=torch.float32), torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32)
+            if "episode" in info:
+                returns += [float(r) for r, ended in zip(info["episode"]["r"], info["_episode"]) if ended]
+            seen += num_envs
+            if seen >= window:
+                print(seen, statistics.mean(returns) if returns else float("nan"), flush=True)
+                window, returns = window + log_every, []
+        with torch.no_grad():  # GAE, bootstrapping from the value of the state after the segment
+            adv, last, next_value = torch.zeros(steps, num_envs), torch.zeros(num_envs), critic(obs).squeeze(-1)
+            for t in reversed(range(steps)):
+                not_done = 1.0 - (done if t == steps - 1 else done_buf[t + 1])
+                nv = next_value if t == steps - 1 else val_buf[t + 1]
+                delta = rew_buf[t] + gamma * nv * not_done - val_buf[t]
+                adv[t] = last = delta + gamma * lam * not_done * last
+            ret = adv + val_buf
+        b_obs, b_act, b_logp, b_adv, b_ret, b_val = (x.flatten(0, 1) for x in (obs_buf, act_buf, logp_buf, adv, ret, val_buf))
+        size = len(b_obs) // minibatches
+        for _ in range(epochs):
+            for idx in torch.randperm(len(b_obs)).split(size):
+                dist = Categorical(logits=actor(b_obs[idx]))
+                ratio = (dist.log_prob(b_act[idx]) - b_logp[idx]).exp()
+                a = b_adv[idx]
+                a = (a - a.mean()) / (a.std() + 1e-8)
+                pg = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
+                v = critic(b_obs[idx]).squeeze(-1)
+                v_clipped = b_val[idx] + (v - b_val[idx]).clamp(-clip, clip)
+                v_loss = 0.5 * torch.max((v - b_ret[idx]) ** 2, (v_clipped - b_ret[idx]) ** 2).mean()
+                loss = pg - ent_coef * dist.entropy().mean() + vf_coef * v_loss
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, max_norm)
+                opt.step()
+
+
+def watch(cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float,
+          timeout: float) -> tuple[float | None, float]:
+    """Launch ``cmd`` in ``tmp`` (output to ``tmp/out.txt``) and poll ``returns(tmp)``, the window returns so far,
+    until it ends. Returns (seconds from launch to the first window >= score, or None; seconds to the end)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    start, reached = time.perf_counter(), None
+    with open(f"{tmp}/out.txt", "w") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    while proc.poll() is None:
+        if reached is None and any(r >= score for r in returns(tmp)):
+            reached = time.perf_counter() - start
+        if time.perf_counter() - start > timeout:
+            proc.kill()
+            raise RuntimeError(f"{cmd} ran past {timeout} s")
+        time.sleep(0.05)  # polling period: the resolution of the measured time
+    end = time.perf_counter() - start
+    if proc.returncode:
+        raise RuntimeError(f"{cmd} failed:\n{Path(tmp, 'out.txt').read_text()[-3000:]}")
+    if reached is None and any(r >= score for r in returns(tmp)):
+        reached = end
+    return reached, end
+
+
+def harness_returns(tmp: str) -> list[float]:
+    """``train/episode_return`` of each row of the run's metrics.csv."""
+    try:
+        with open(f"{tmp}/run/metrics.csv", newline="") as f:
+            return [float(r["train/episode_return"]) for r in csv.DictReader(f)
+                    if r.get("train/episode_return") not in (None, "", "nan")]
+    except FileNotFoundError:
+        return []
+
+
+def reference_returns(tmp: str) -> list[float]:
+    """The reference's printed ``frames mean_return`` lines."""
+    pairs = [line.split() for line in Path(tmp, "out.txt").read_text().splitlines()]
+    return [float(p[1]) for p in pairs if len(p) == 2 and p[0].isdigit() and p[1] != "nan"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--frames", type=int, default=500_000)
+    parser.add_argument("--score", type=float, default=475.0)
+    parser.add_argument("--log-every", type=int, default=10_000)
+    parser.add_argument("--nproc", type=int, default=3, help="ranks of the harness's job")
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--reference-run", type=int, metavar="SEED", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.reference_run is not None:
+        return reference_ppo(args.reference_run, args.frames, args.log_every)
+    runs: dict[str, list[tuple[float | None, float]]] = {"harness": [], "reference": []}
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={args.nproc}",
+                   "-m", "harness.train", f"seed={seed}", f"collector.total_frames={args.frames}", f"run_dir={tmp}/run",
+                   f"logger.log_every_frames={args.log_every}", "logger.console=false", "checkpoint.every_frames=0"]
+            runs["harness"].append(watch(cmd, tmp, harness_returns, args.score, 1800))
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, __file__, "--reference-run", str(seed), f"--frames={args.frames}",
+                   f"--log-every={args.log_every}"]
+            runs["reference"].append(watch(cmd, tmp, reference_returns, args.score, 1800))
+        print(f"seed {seed}: " + "   ".join(f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all"
+                                           for k, v in runs.items()), flush=True)
+    rows = []
+    for case, results in runs.items():
+        to_score = [r for r, _ in results if r is not None]
+        rows.append({"case": f"{case}/time_to_score", "s": statistics.median(to_score) if to_score else None,
+                     "reached": f"{len(to_score)}/{len(results)}"})
+        rows.append({"case": f"{case}/time_to_end", "s": statistics.median(e for _, e in results)})
+    for row in rows:
+        print(f"{row['case']:>24}: {row['s'] if row['s'] is None else round(row['s'], 1)} s (median){'  reached ' + row['reached'] if 'reached' in row else ''}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
