@@ -57,7 +57,7 @@ class QPolicy(Policy):
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, ``[B, num_actions]``."""
-        return self.net(obs.flatten(1))
+        return self.net(obs.flatten(1)).float()  # float32 values under algo.amp too: TD targets need the precision
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         action = self.q(obs).argmax(-1)

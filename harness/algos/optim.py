@@ -18,7 +18,16 @@ def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.
 
 
 def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    """One descent step on ``loss`` for the parameters ``optimizer`` holds."""
+    """One descent step on ``loss`` for the parameters ``optimizer`` holds.
+
+    Under ``algo.amp`` the losses are computed inside ``torch.autocast``;
+    backward and the update leave it, as torch advises (backward runs each op
+    in the dtype its forward used anyway; the weights stay float32)."""
     optimizer.zero_grad()
+    if torch.is_autocast_enabled(loss.device.type):
+        with torch.autocast(loss.device.type, enabled=False):
+            loss.backward()
+            optimizer.step()
+        return
     loss.backward()
     optimizer.step()
