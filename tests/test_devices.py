@@ -161,3 +161,15 @@ def test_amp_multiplies_in_bfloat16_but_the_values_losses_regress_stay_float32(n
         assert torch.mm(obs, obs.T).dtype == torch.bfloat16  # the products inside are bfloat16
         assert values_under_test(name, algo, obs).dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in algo.policy.parameters())
+
+
+@pytest.mark.parametrize("name, env", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1"), ("iql", "Pendulum-v1"),
+                                       ("cql", "CartPole-v1"), ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1")])
+def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
+    """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random actions must
+    be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just as CUDA does."""
+    spec = env_spec(env)
+    cls = ALGOS[name].for_spec(spec)
+    policy = cls.make_policy(cls.Config(), spec).to(META)
+    for values in ({}, {"random": 1.0, "epsilon": 0.5}):
+        assert policy(torch.zeros(4, spec.obs_dim, device=META), values)["action"].device == META

@@ -63,8 +63,8 @@ class QPolicy(Policy):
         action = self.q(obs).argmax(-1)
         if not deterministic:
             epsilon = 1.0 if values.get("random") else values.get("epsilon", 0.0)
-            explore = torch.rand(obs.shape[0]) < epsilon
-            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape), action)
+            explore = torch.rand(obs.shape[0], device=obs.device) < epsilon  # on the policy's device: a GPU collector's too
+            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape, device=action.device), action)
         return TensorDict(action=action, batch_size=obs.shape[:1])
 
 
