@@ -52,7 +52,7 @@ def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, d
     model = make_model(params)
     if rank == 0:
         if device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(device))
+            torch.cuda.set_device(torch.device(device).index or 0)
         pack_parameters_(model.to(device))  # as the algorithms do with what they publish, on the trainer's device
     cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)

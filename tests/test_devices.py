@@ -77,9 +77,11 @@ def test_a_device_trainer_gathers_into_one_reused_staging_buffer_then_moves_it()
     assert feed.staging is staging  # reused, not reallocated
     for key in ("obs", "action", "terminated"):
         assert torch.equal(staging[key], buffer.storage[key][index]), key  # gathered straight into it
-    rounds = TensorDict(obs=torch.randn(5, 2), batch_size=[5])
-    moved = feed.move(rounds)
-    assert moved.device == META and torch.equal(feed.staging["obs"], rounds["obs"])
+    for _ in range(2):  # PPO's rounds: the first makes a staging buffer of their layout, the next reuse it
+        rounds = TensorDict(rollout=TensorDict(obs=torch.randn(4, 2, 3), batch_size=[4, 2]), next_obs=torch.randn(2, 3))
+        moved = feed.move(rounds)
+        assert moved.device == META and torch.equal(feed.staging["rollout", "obs"], rounds["rollout", "obs"])
+    assert feed.staging is not staging and feed.staging.is_consolidated()
 
 
 def test_replay_made_on_a_device_and_rebuilt_from_a_checkpoint_on_another():

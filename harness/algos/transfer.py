@@ -34,8 +34,10 @@ class HostToDevice:
 
     def sample(self, storage: TensorDictBase, index: torch.Tensor) -> TensorDict:
         """``storage[index]`` on the device: gathered straight into the staging
-        buffer, then moved. A storage already on the device is indexed there."""
-        if not self.moves or storage.device == self.device:
+        buffer, then moved. A storage already on the device (not in host memory) is indexed there."""
+        if not self.moves:
+            return storage[index]
+        if storage.device is not None and storage.device.type != "cpu":
             return storage[index.to(storage.device)]
         if storage is not self._storage or self.staging is None or self.staging.shape[0] != index.shape[0]:
             self.staging = self._pinned(storage[index])
