@@ -193,7 +193,9 @@ class ShmSink:
     def open(self, make_payload: PayloadFactory) -> None:
         payload = make_payload()
         self.segment = Segment.create(payload.buffer.numel(), self.readers + 2, self.node)
-        if payload.buffer.is_pinned():  # a GPU trainer's (Publisher.connect): its weights land in the slots
+        # A GPU trainer's (Publisher.connect pins its payloads): its weights land in the slots. A process that
+        # never touched CUDA has no pinned memory, and asking would make it a CUDA context: don't.
+        if torch.cuda.is_initialized() and payload.buffer.is_pinned():
             self.segment.pin_for_cuda()
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
