@@ -41,6 +41,22 @@ def test_cpu_publish_is_one_flat_copy_with_no_event_and_lands_whole():
     assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), payload.td["weights", "policy"].values(True, True)))
 
 
+def test_a_normalising_algorithms_policy_and_statistics_publish_as_one_flat_copy():
+    """Policy (float32) and observation statistics (float64) share the trainer's one packed buffer,
+    so a publish moves both with one copy: on a GPU trainer, the one device-to-host copy."""
+    sac = ALGOS["sac"]
+    algo = sac(sac.Config(normalize_obs=True), PENDULUM, 1000)
+    assert algo.obs_norm is not None
+    algo.obs_norm.update(torch.randn(32, 3) * 5 + 2)
+    models = algo.published_models()
+    payload = Payload.from_models(models)
+    payload.write(weights_of(models), Header(1))
+    assert list(models) == ["policy", "obs_norm"] and payload.write_path == PLAIN_COPY
+    sent = payload.td["weights", "obs_norm"]
+    assert sent["mean"].dtype == torch.float64 and int(sent["count"]) == 32
+    assert all(torch.equal(sent[k], v) for k, v in algo.obs_norm.state_dict().items())
+
+
 def test_flat_region_refuses_a_target_whose_leaves_are_not_one_buffer():
     source = pack_parameters_(nn.Linear(3, 2))
     loose = TensorDict.from_module(nn.Linear(3, 2)).detach()  # two separate tensors
@@ -175,3 +191,11 @@ def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
     policy = cls.make_policy(cls.Config(), spec).to(META)
     for values in ({}, {"random": 1.0, "epsilon": 0.5}):
         assert policy(torch.zeros(4, spec.obs_dim, device=META), values)["action"].device == META
+
+
+def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_on():
+    """A GPU collector of a normalising algorithm: the statistics it normalises with are on its GPU too."""
+    cls = ALGOS["ppo"]
+    models = {name: m.to(META) for name, m in cls.make_models(cls.Config(normalize_obs=True), PENDULUM).items()}
+    policy = cls.acting_policy(models)
+    assert policy(torch.zeros(4, PENDULUM.obs_dim, device=META))["action"].device == META

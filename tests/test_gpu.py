@@ -54,6 +54,19 @@ def test_publish_from_a_gpu_is_one_device_to_host_copy_into_pinned_memory_comple
     assert all(torch.equal(a, b) for a, b in zip(published, payload.td["weights", "policy"].values(True, True)))
 
 
+def test_a_normalising_gpu_trainer_publishes_policy_and_statistics_with_one_device_to_host_copy():
+    sac = ALGOS["sac"]
+    algo = sac(sac.Config(normalize_obs=True), PENDULUM, 1000, device="cuda")
+    assert algo.obs_norm is not None
+    algo.obs_norm.update(torch.randn(32, 3, device="cuda") * 5 + 2)
+    models = algo.published_models()
+    payload = Payload.from_models(models, pin=True)
+    payload.write(weights_of(models), Header(1))
+    assert payload.write_path == DEVICE_TO_HOST and payload.buffer.is_pinned()
+    sent = payload.td["weights", "obs_norm"]
+    assert all(torch.equal(sent[k], v.cpu()) for k, v in algo.obs_norm.state_dict().items())
+
+
 def test_a_gpu_trainers_shm_segment_is_page_locked_for_cuda():
     sink = ShmSink(0, readers=1)
     sink.open(lambda: Payload.from_models({"policy": pack_parameters_(model("cuda"))}, pin=True))
@@ -153,12 +166,15 @@ def sac_frames(n: int = 64) -> list[TensorDict]:
     return [TensorDict(rollout=frames.unsqueeze(1), batch_size=[])]
 
 
-@pytest.mark.parametrize("amp, replay", [("off", "cpu"), ("bf16", "trainer")])
-def test_sac_learns_on_the_gpu_with_replay_in_ram_or_on_the_gpu_and_amp(amp, replay):
+@pytest.mark.parametrize("amp, replay, normalize", [("off", "cpu", False), ("bf16", "trainer", True)])
+def test_sac_learns_on_the_gpu_with_replay_in_ram_or_on_the_gpu_and_amp(amp, replay, normalize):
     cls = ALGOS["sac"]
-    algo = cls(cls.Config(batch_size=32, learning_starts=0, buffer_size=256, amp=amp, replay_device=replay), PENDULUM, 1000, device="cuda")
+    cfg = cls.Config(batch_size=32, learning_starts=0, buffer_size=256, amp=amp, replay_device=replay, normalize_obs=normalize)
+    algo = cls(cfg, PENDULUM, 1000, device="cuda")
     metrics = algo.update(sac_frames(), 0)
     assert algo.buffer is not None and algo.buffer.storage.device.type == ("cuda" if replay == "trainer" else "cpu")
+    if normalize:  # statistics of the raw frames, kept on the GPU beside the policy
+        assert algo.obs_norm is not None and algo.obs_norm.mean.device.type == "cuda" and int(algo.obs_norm.count) == 64
     assert all(bool(torch.isfinite(torch.as_tensor(v)).all()) for v in metrics.values())
     assert all(p.device.type == "cuda" for p in algo.critics.parameters())
 
