@@ -66,7 +66,8 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
         self.replay_device = self.device if cfg.replay_device == "trainer" else torch.device("cpu")
-        self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)  # each holds 1/T of the replay
+        self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)
+        self.replay_capacity = -(-cfg.buffer_size // self.trainers)  # each trainer holds 1/T of the replay, also once resumed
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
@@ -81,8 +82,7 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         for batch in batches:
             data = self.transitions(batch)
             if self.buffer is None:
-                self.buffer = ReplayBuffer(-(-self.cfg.buffer_size // self.trainers), data[0], self.cfg.memmap_dir or None,
-                                           self.replay_device)
+                self.buffer = ReplayBuffer(self.replay_capacity, data[0], self.cfg.memmap_dir or None, self.replay_device)
             self.buffer.extend(data)  # raw observations: each sample is normalised with the statistics of its step
             if self.obs_norm is not None:  # every trainer's frames: one batch each per update, so the collective matches
                 self.obs_norm.update(data["obs"], self.ddp_group)
@@ -113,7 +113,7 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
 
     def load_replay_state(self, state: dict) -> None:
-        self.buffer = ReplayBuffer.from_state(state, self.cfg.buffer_size, self.cfg.memmap_dir or None, self.replay_device)
+        self.buffer = ReplayBuffer.from_state(state, self.replay_capacity, self.cfg.memmap_dir or None, self.replay_device)
         self.owed, self.gradient_steps = state["owed"], state["gradient_steps"]
 
     @abc.abstractmethod
