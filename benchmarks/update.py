@@ -1,6 +1,6 @@
 """Time per gradient update of each algorithm against two yardsticks, and replay throughput.
 
-    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--only sac td3]
+    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--amp] [--only sac td3]
 
 Measured in the same run, in interleaved rounds (a shared machine's load falls
 on all alike), medians: ``update/<algo>``, the harness's step (``algo.learn``
@@ -12,7 +12,9 @@ Python-loop Polyak update;
 too) as raw ``torch.mm`` calls of the same shapes, the floor this machine
 allows. SAC and TD3 time pairs of steps (their actor updates every second one),
 reported per step. ``--compile`` adds ``update/<algo>/compiled`` (``compile_s``:
-the first call). CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
+the first call); ``--amp`` adds ``update/<algo>/amp``, the eager step with
+``algo.amp=bf16``. ``--device cuda`` times on the GPU (each timing ends with a
+synchronisation). CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
 Pendulum-v1 (SAC, TD3, IQL, CQL with 10 and 4 sampled actions) and CartPole-v1
 (DQN, PPO, discrete CQL) shapes. Replay: ``extend`` of 1,000 and ``sample`` of
 256 HalfCheetah-sized transitions at 100k and 1M capacity (reference: a plain
@@ -86,17 +88,24 @@ def batch(obs_dim: int, action: torch.Tensor, device: str, n: int = 256) -> Tens
                       terminated=torch.zeros(n, dtype=torch.bool), action=action, batch_size=[n]).to(device)
 
 
-def learner(name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, **fields) -> Step:
-    """``steps`` gradient steps of ``algo=name`` on ``data``; PPO: one minibatch step."""
+def learner(name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, amp: bool = False,
+            **fields) -> Step:
+    """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
+    under ``algo.autocast()``); PPO: one minibatch step."""
     cls = ALGOS[name].for_spec(spec)
-    algo = cls(cls.Config(compile=compiled, **fields), spec, 10**6, device=device)
+    algo = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
     if name == "ppo":
-        return lambda: step(algo.optimizer, algo.losses(data)["loss"])
+        def minibatch() -> None:
+            with algo.autocast():
+                loss = algo.losses(data)["loss"]
+            step(algo.optimizer, loss)
+        return minibatch
 
     def learn() -> None:
         for _ in range(steps):
             algo.gradient_steps += 1
-            algo.learn(data)
+            with algo.autocast():
+                algo.learn(data)
     return learn
 
 
@@ -116,17 +125,20 @@ def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, C
             ("ppo", "ppo", cartpole, ppo, 1, {}, None)]
 
 
-def update_rows(device: str, repeats: int, compiled: bool, only: list[str]) -> list[dict]:
+def update_rows(device: str, repeats: int, compiled: bool, only: list[str], amp: bool = False,
+                written: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+    """Every case's rows; ``written`` gets the rows so far after each case (a run cut short keeps them)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    rows = []
-    for case, name, spec, data, steps, fields, reference in cases(device):
-        if only and case not in only:
-            continue
+    rows: list[dict] = []
+    chosen = [c for c in cases(device) if not only or c[0] in only]
+    for case, name, spec, data, steps, fields, reference in sorted(chosen, key=lambda c: only.index(c[0]) if only else 0):
         update = learner(name, spec, data, steps, device, False, **fields)
         fns = {"update": update, "limit": limit_of(update, device)}
         if reference is not None:
             one = reference(data, device)
             fns["reference"] = lambda: [one() for _ in range(steps)]
+        if amp:
+            fns["amp"] = learner(name, spec, data, steps, device, False, amp=True, **fields)
         if compiled:  # the first call compiles (a cold cache: see main)
             fns["compiled"], start = learner(name, spec, data, steps, device, True, **fields), time.perf_counter()
             fns["compiled"]()
@@ -134,9 +146,11 @@ def update_rows(device: str, repeats: int, compiled: bool, only: list[str]) -> l
             compile_s = time.perf_counter() - start
         seconds = timed(fns, repeats, sync)
         for kind in fns:
-            row = {"case": f"{kind}/{case}" if kind != "compiled" else f"update/{case}/compiled", "ms": 1000 * seconds[kind] / steps}
+            row = {"case": f"update/{case}/{kind}" if kind in ("compiled", "amp") else f"{kind}/{case}", "ms": 1000 * seconds[kind] / steps,
+                   "device": device}
             rows.append({**row, "compile_s": compile_s} if kind == "compiled" else row)
             print(rows[-1], flush=True)
+        written(rows)
     return rows
 
 
@@ -169,18 +183,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30, help="timed rounds per case")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--compile", action="store_true", help="also time each step with algo.compile=true")
-    parser.add_argument("--only", nargs="*", default=[], help="only these update cases (sac, td3, ...); no replay rows")
+    parser.add_argument("--amp", action="store_true", help="also time each step with algo.amp=bf16 (eager)")
+    parser.add_argument("--only", nargs="*", default=[], help="only these update cases (sac, td3, ...), in this order; no replay rows")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.compile:  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-    rows = update_rows(args.device, args.repeats, args.compile, args.only)
+    def write(rows: list[dict]) -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+    rows = update_rows(args.device, args.repeats, args.compile, args.only, args.amp, write)
     if not args.only:
         rows += storage_rows(args.repeats)
         print(*rows[-8:], sep="\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write(rows)
 
 
 if __name__ == "__main__":

@@ -95,16 +95,20 @@ def pack_parameters_(module: ModuleT) -> ModuleT:
 
 def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(source bytes, target bytes)`` when every leaf of ``source`` sits in one
-    buffer at the same relative offsets, dtypes and shapes as in ``target``:
-    then one flat copy moves them all. ``None`` otherwise."""
+    buffer at the same relative offsets, dtypes and shapes as in ``target``, and
+    so does every leaf of ``target``: then one flat copy moves them all, also
+    from one device to another (a GPU trainer's weights into CPU memory).
+    ``None`` otherwise."""
     src = list(leaf_tensors(source))
     dst = list(leaf_tensors(target))
     if not src or len(src) != len(dst):
         return None
-    if any(a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or a.device != b.device for a, b in zip(src, dst)):
+    if any(a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or not b.is_contiguous() for a, b in zip(src, dst)):
         return None
     storage = src[0].untyped_storage()
     if any(t.untyped_storage().data_ptr() != storage.data_ptr() for t in src):
+        return None
+    if any(t.device != dst[0].device or t.untyped_storage().data_ptr() != dst[0].untyped_storage().data_ptr() for t in dst):
         return None
     base_src, base_dst = src[0].data_ptr(), dst[0].data_ptr()
     if any(a.data_ptr() - base_src != b.data_ptr() - base_dst for a, b in zip(src, dst)):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import column, compose_config, rows, wait_for
+from tensordict import TensorDict
 
 from harness.distributed.spawn import run_ranks
 
@@ -128,3 +129,39 @@ def test_a_trainer_that_does_not_come_is_named_by_the_other(tmp_path, late):
     results = run_ranks(late_trainer, 2, late, str(tmp_path / "gave-up"), timeout=120)
     message = results[1 - late][1]
     assert f"trainer rank(s) [{late}] did not come within 5 s" in message and "for update 7" in message, results
+
+
+def resumed_replay(rank, world):
+    """Two trainers' SAC: each fills its own replay (capacity buffer_size / 2), then a resumed one takes it back."""
+    import torch.distributed as dist
+
+    from harness.algos import ALGOS
+    from harness.collect.envs import env_spec
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    try:
+        sac, spec = ALGOS["sac"], env_spec("Pendulum-v1")
+        cfg = sac.Config(buffer_size=64, batch_size=8, learning_starts=10_000)  # no gradient step: only the replay
+
+        def batch(n: int) -> TensorDict:
+            frames = TensorDict(obs=torch.ones(n, 3), action=torch.ones(n, 1), reward=torch.ones(n), next_obs=torch.ones(n, 3),
+                                terminated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+            return TensorDict(rollout=frames.unsqueeze(1), batch_size=[])
+
+        algo = sac(cfg, spec, 1000, dist.group.WORLD)
+        algo.update([batch(48)], 0)  # more than its 32: full, the cursor mid-way
+        again = sac(cfg, spec, 1000, dist.group.WORLD)
+        again.load_replay_state(algo.replay_state())
+        again.update([batch(8)], 96)
+        buffer = again.buffer
+        return {"capacity": (algo.buffer.capacity, buffer.capacity), "size": buffer.size,
+                "every_slot_written": bool((buffer.storage["obs"][: buffer.size] == 1).all())}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_trainer_resumes_its_replay_at_its_own_capacity():
+    results = run_ranks(resumed_replay, 2, timeout=120)
+    assert all(status == "ok" for status, _ in results.values()), results
+    for _, value in results.values():
+        assert value == {"capacity": (32, 32), "size": 32, "every_slot_written": True}, value

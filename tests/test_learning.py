@@ -24,6 +24,15 @@ def test_continuous_control_learns_pendulum(workdir, preset):
     assert max(curve[-2:]) > -700, curve
 
 
+def test_bf16_autocast_learns_pendulum_as_float32_does(workdir):
+    """algo.amp=bf16 (docs/gpu.md): TD3's check above, with its losses computed in bfloat16."""
+    out = run_harness(["experiment=td3_pendulum", "algo.amp=bf16", "collector.total_frames=7168", "eval.every_frames=0",
+                       "logger.console=false", "run_dir=run"], workdir, nproc=1, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    curve = returns(workdir / "run")
+    assert max(curve[-2:]) > -700, curve
+
+
 def test_dqn_learns_cartpole(workdir):
     out = run_harness(["experiment=dqn_cartpole", "collector.total_frames=30000", "algo.learning_starts=1000",
                        "algo.exploration_fraction=0.3", "algo.target_network_frequency=100", "algo.update_to_data=0.25",

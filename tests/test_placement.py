@@ -66,3 +66,21 @@ def test_cuda_asked_for_without_a_gpu_and_nccl_with_cpu_collectors_are_refused()
 def test_gpu_trainers_of_a_node_take_gpus_in_local_rank_order():
     got = placements(world=6, trainers=2, gpus=2)
     assert [p.device for p in got] == ["cuda:0", "cuda:1", "cpu", "cpu", "cpu", "cpu"]
+
+
+def test_nccl_with_a_cpu_trainer_is_refused_naming_the_fix():
+    with pytest.raises(PlacementError, match=r"sync=nccl .* trainer.device=cpu: use sync=shm or sync=gloo"):
+        placements(world=3, trainer_device="cpu", nccl=True, gpus=4)
+
+
+def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node():
+    """Ranks 4..7 of a second node count their GPUs from 0 again: LOCAL_RANK, not the global rank."""
+    got = [place(layout(r, 8, per_node=4), "auto", "auto", "auto", "auto", nccl=True, cores=16, gpus=4) for r in (4, 6)]
+    assert [p.device for p in got] == ["cuda:0", "cuda:2"]
+    assert got[0].cuda_device is not None and got[0].cuda_device.index == 0
+    assert placements(world=2)[1].cuda_device is None  # a CPU rank binds no GPU
+
+
+def test_single_process_debug_run_takes_the_gpu_and_ignores_nccl_rules():
+    got = placements(world=1, nccl=True, gpus=1)
+    assert [p.device for p in got] == ["cuda:0"]

@@ -8,8 +8,9 @@ act with (its weights are what the sync scheme publishes), and the trainer-side
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Generic, Mapping, Optional, Protocol, TypeVar, cast
+from typing import Any, ClassVar, ContextManager, Generic, Mapping, Optional, Protocol, TypeVar, cast
 
 import torch
 from omegaconf import MISSING
@@ -18,6 +19,7 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from harness.algos.normalize import ObsNormalizer
+from harness.algos.transfer import HostToDevice
 from harness.collect.envs import EnvSpec
 from harness.packing import pack_parameters_
 
@@ -64,11 +66,14 @@ class AlgoConfig:
 
     name: str = MISSING  # registry key: ppo, ...
     compile: bool = False  # torch.compile the gradient step (docs/algorithms.md, "Update speed", says where it pays)
+    amp: str = "off"  # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the measurements
     # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
     normalize_obs: bool = False
     obs_clip: float = 10.0  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
 
     def __post_init__(self) -> None:
+        if self.amp not in AMP_DTYPES:
+            raise ValueError(f"algo.amp={self.amp!r}: choose off (float32) or bf16 (autocast to bfloat16)")
         for f in fields(self):
             value, bounds = getattr(self, f.name), value_range(f.name)
             if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -76,6 +81,9 @@ class AlgoConfig:
             low, high, low_in, high_in = bounds
             if not ((low <= value if low_in else low < value) and (value <= high if high_in else value < high)):
                 raise ValueError(f"algo.{f.name}={value:g} is out of range: algo={self.name} needs it {describe_range(*bounds)}")
+
+
+AMP_DTYPES = {"off": None, "bf16": torch.bfloat16}
 
 
 def require_actions(spec: EnvSpec, discrete: bool, message: str) -> None:
@@ -156,6 +164,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
         self.device = torch.device(device)  # where networks live and batches are moved to
+        self.to_device = HostToDevice(self.device)  # each update's batch, once, through pinned memory
+        self.amp_dtype = AMP_DTYPES[cfg.amp]
         self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
         # What collectors run (``make_models``'), trained here; packed into one buffer before any optimiser
         # sees it, so that publishing is one copy.
@@ -174,6 +184,15 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         for discrete actions). Build an algorithm with
         ``ALGOS[name].for_spec(spec)(cfg, spec, total_frames, ddp_group)``."""
         return cls
+
+    def autocast(self) -> ContextManager:
+        """Where an update computes its losses: under ``torch.autocast`` to
+        ``algo.amp``'s dtype when it is on (matrix products in bfloat16,
+        reductions in float32; backward and optimiser steps leave it: see
+        ``optim.step``), else nothing."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def data_parallel(self, module: nn.Module) -> nn.Module:
         """``module`` wrapped in DDP over the trainers' group (gradients are

@@ -67,7 +67,7 @@ class Ensemble(nn.Module):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weight) - 1:
                 h = torch.relu(h)
-        return h
+        return h.float()  # float32 values under algo.amp too: TD targets and their errors need the precision
 
 
 class Critics(nn.Module):

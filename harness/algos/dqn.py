@@ -57,14 +57,14 @@ class QPolicy(Policy):
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, ``[B, num_actions]``."""
-        return self.net(obs.flatten(1))
+        return self.net(obs.flatten(1)).float()  # float32 values under algo.amp too: TD targets need the precision
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         action = self.q(obs).argmax(-1)
         if not deterministic:
             epsilon = 1.0 if values.get("random") else values.get("epsilon", 0.0)
-            explore = torch.rand(obs.shape[0]) < epsilon
-            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape), action)
+            explore = torch.rand(obs.shape[0], device=obs.device) < epsilon  # on the policy's device: a GPU collector's too
+            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape, device=action.device), action)
         return TensorDict(action=action, batch_size=obs.shape[:1])
 
 

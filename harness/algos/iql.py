@@ -57,7 +57,7 @@ class GaussianPolicy(Policy):
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
         """The action distribution at ``obs``."""
-        mean = torch.tanh(self.net(obs.flatten(1))) * self.bounds.scale + self.bounds.bias
+        mean = torch.tanh(self.net(obs.flatten(1)).float()) * self.bounds.scale + self.bounds.bias
         return torch.distributions.Normal(mean, self.log_std.clamp(-20.0, 2.0).exp(), validate_args=False)
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
@@ -91,13 +91,13 @@ class IQL(OfflineAlgorithm[IQLConfig, GaussianPolicy]):
 
     def value_loss(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """V towards the upper expectile of the target critics' min Q over the dataset's actions; and Q - V."""
-        advantage = self.critics.targets(obs, action).min(0).values - self.value(obs).squeeze(-1)
+        advantage = self.critics.targets(obs, action).min(0).values - self.value(obs).float().squeeze(-1)
         return expectile_loss(advantage, self.cfg.expectile), advantage
 
     def critic_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
         """Critics towards r + gamma * V(s'): no action outside the dataset is ever valued."""
         with torch.no_grad():
-            next_v = self.value(batch["next_obs"].flatten(1)).squeeze(-1)
+            next_v = self.value(batch["next_obs"].flatten(1)).float().squeeze(-1)
             target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_v
         q = self.critics(batch["obs"], batch["action"])  # [2, B]
         return (q - target).pow(2).mean(1).sum(), q  # each critic's mean squared TD error

@@ -57,7 +57,9 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         assert self.data is not None, "use_dataset() comes first"
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
-        return self.learn(self.data[index].to(self.device, non_blocking=True))
+        batch = self.to_device.sample(self.data, index)
+        with self.autocast():
+            return self.learn(batch)
 
     @abc.abstractmethod
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:

@@ -40,6 +40,15 @@ class OffPolicyConfig(AlgoConfig):
     update_to_data: float = 1.0  # gradient steps per collected frame, whatever the number of collectors and trainers
     gamma: float = 0.99  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
+    replay_device: str = "cpu"  # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU memory)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.replay_device not in ("cpu", "trainer"):
+            raise ValueError(f"algo.replay_device={self.replay_device!r}: choose cpu (RAM) or trainer (the trainer's device, "
+                             "a GPU's memory when it has one)")
+        if self.replay_device == "trainer" and self.memmap_dir:
+            raise ValueError("algo.replay_device=trainer and algo.memmap_dir both place the replay buffer: choose one")
 
 
 OffPolicyConfigT = TypeVar("OffPolicyConfigT", bound=OffPolicyConfig)
@@ -56,7 +65,9 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
-        self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)  # each holds 1/T of the replay
+        self.replay_device = self.device if cfg.replay_device == "trainer" else torch.device("cpu")
+        self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)
+        self.replay_capacity = -(-cfg.buffer_size // self.trainers)  # each trainer holds 1/T of the replay, also once resumed
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
@@ -71,7 +82,7 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         for batch in batches:
             data = self.transitions(batch)
             if self.buffer is None:
-                self.buffer = ReplayBuffer(-(-self.cfg.buffer_size // self.trainers), data[0], self.cfg.memmap_dir or None)
+                self.buffer = ReplayBuffer(self.replay_capacity, data[0], self.cfg.memmap_dir or None, self.replay_device)
             self.buffer.extend(data)  # raw observations: each sample is normalised with the statistics of its step
             if self.obs_norm is not None:  # every trainer's frames: one batch each per update, so the collective matches
                 self.obs_norm.update(data["obs"], self.ddp_group)
@@ -84,8 +95,11 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         while self.owed >= 1:
             self.owed -= 1
             self.gradient_steps += 1
-            sample = self.buffer.sample(self.cfg.batch_size // self.trainers)
-            metrics = self.learn(self.normalized_batch(sample.to(self.device, non_blocking=True)))
+            # On a GPU trainer: gathered into pinned memory and moved with one copy (HostToDevice).
+            sample = self.to_device.sample(self.buffer.storage, self.buffer.sample_index(self.cfg.batch_size // self.trainers))
+            batch = self.normalized_batch(sample)
+            with self.autocast():
+                metrics = self.learn(batch)
         return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size * self.trainers}
 
     def normalized_batch(self, batch: TensorDict) -> TensorDict:
@@ -99,7 +113,7 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
 
     def load_replay_state(self, state: dict) -> None:
-        self.buffer = ReplayBuffer.from_state(state, self.cfg.buffer_size, self.cfg.memmap_dir or None)
+        self.buffer = ReplayBuffer.from_state(state, self.replay_capacity, self.cfg.memmap_dir or None, self.replay_device)
         self.owed, self.gradient_steps = state["owed"], state["gradient_steps"]
 
     @abc.abstractmethod

@@ -7,6 +7,7 @@ against 0.59 ms for the for-each and the per-parameter ones (2026-12-01).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable
 
 import torch
@@ -23,9 +24,15 @@ def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.
 def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
     """One descent step on ``loss`` for the parameters ``optimizer`` holds;
     with the trainers' ``group`` (several trainers), on the gradients averaged
-    over them, so that every trainer takes the same step."""
+    over them, so that every trainer takes the same step.
+
+    Under ``algo.amp`` the losses are computed inside ``torch.autocast``;
+    backward, the averaging and the update leave it, as torch advises (backward
+    runs each op in the dtype its forward used anyway; the weights stay float32)."""
     optimizer.zero_grad()
-    loss.backward()
-    if group is not None:
-        average_gradients((p for g in optimizer.param_groups for p in g["params"]), group)
-    optimizer.step()
+    amp = torch.is_autocast_enabled(loss.device.type)
+    with torch.autocast(loss.device.type, enabled=False) if amp else contextlib.nullcontext():
+        loss.backward()
+        if group is not None:
+            average_gradients((p for g in optimizer.param_groups for p in g["params"]), group)
+        optimizer.step()

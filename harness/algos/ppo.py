@@ -72,7 +72,7 @@ class PPOPolicy(Policy):
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        out = self.net(obs.flatten(1))
+        out = self.net(obs.flatten(1)).float()  # float32 under algo.amp too: log-probabilities need the precision
         # No argument validation: it costs as much as the network on small MLPs.
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
@@ -103,7 +103,7 @@ class PPOLoss(nn.Module):
         self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs.flatten(-self.obs_dims)).squeeze(-1)
+        return self.critic(obs.flatten(-self.obs_dims)).float().squeeze(-1)
 
     def forward(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
@@ -160,9 +160,14 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
-        # A TensorDict: torch.cat dispatches to tensordict's (torch's stub says Tensor).
-        rollout = cast(TensorDict, torch.cat([b["rollout"] for b in batches], dim=1)).to(self.device)  # [T, N]
-        next_obs = torch.cat([b["next_obs"] for b in batches], dim=0).to(self.device)  # [N, ...]
+        # The round, moved to the trainer's device once (on a GPU: through pinned memory, without blocking).
+        # torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
+        keys = ("obs", "action", "logprob", "reward", "done", "terminated")  # terminated: the reward scaler's episode ends
+        frames_of_round = TensorDict(
+            rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
+            next_obs=torch.cat([b["next_obs"] for b in batches], dim=0))
+        moved = self.to_device.move(frames_of_round)
+        rollout, next_obs = cast(TensorDict, moved["rollout"]), moved["next_obs"]  # [T, N], [N, ...]
         obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
         reward = rollout["reward"]
         if self.reward_scaler is not None:
@@ -182,8 +187,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         minibatch = max(size // cfg.num_minibatches, 1)
         history = []
         for _ in range(cfg.update_epochs):
-            for idx in torch.randperm(size).split(minibatch):
-                out = self.losses(flat[idx])
+            for idx in torch.randperm(size, device=flat.device).split(minibatch):
+                with self.autocast():
+                    out = self.losses(flat[idx])
                 self.optimizer.zero_grad()
                 out["loss"].backward()
                 nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm, foreach=True)

@@ -54,8 +54,8 @@ class SACPolicy(Policy):
         """A reparameterised action, its log-probability, and the mean action. With ``n``:
         ``n`` actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the network."""
         h = F.relu(self.trunk(obs.flatten(1)))
-        mean = self.mean(h)
-        log_std = torch.tanh(self.log_std(h))
+        mean = self.mean(h).float()  # float32 under algo.amp too: log-probabilities need the precision
+        log_std = torch.tanh(self.log_std(h).float())
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
         if n is not None:
             mean, log_std = mean.unsqueeze(1).expand(-1, n, -1), log_std.unsqueeze(1).expand(-1, n, -1)

@@ -49,7 +49,7 @@ class TD3Policy(Policy):
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """The actor's action, without exploration noise."""
-        return torch.tanh(self.net(obs.flatten(1))) * self.bounds.scale + self.bounds.bias
+        return torch.tanh(self.net(obs.flatten(1)).float()) * self.bounds.scale + self.bounds.bias
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         if values.get("random"):

@@ -36,6 +36,11 @@ class Placement:
     def describe(self) -> str:
         return f"rank {self.rank} {self.role}: {self.device}, {self.threads} thread{'s' * (self.threads != 1)}"
 
+    @property
+    def cuda_device(self) -> Optional[torch.device]:
+        """This rank's GPU, or None on the CPU."""
+        return torch.device(self.device) if self.device.startswith("cuda") else None
+
     def apply(self) -> None:
         """Bind this process: its GPU (before NCCL sees any), its thread pool."""
         if self.device.startswith("cuda"):
@@ -65,9 +70,11 @@ def place(layout: Layout, trainer_device: str, collector_device: str, trainer_th
     for role, choice in (("trainer", trainer_device), ("collector", collector_device)):
         if choice == "cuda" and gpus == 0:
             raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
-    if nccl and not layout.single_process and collector_device == "cpu":
-        raise PlacementError("sync=nccl moves weights between GPUs, but collector.device=cpu: "
-                             "use sync=shm or sync=gloo for CPU collectors (a GPU trainer stages its weights for them)")
+    if nccl and not layout.single_process:
+        for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
+            if choice == "cpu":
+                raise PlacementError(f"sync=nccl moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
+                                     "for CPU ranks (a GPU trainer stages its weights for CPU collectors)")
     cuda_ranks = [r for r in layout.node_ranks
                   if _wants_cuda(r < layout.trainers, trainer_device, collector_device, nccl, gpus)]
     device = "cpu"

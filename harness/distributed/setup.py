@@ -6,12 +6,14 @@ it), so each channel gets a group of its own and collectives never interleave.
 
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,7 @@ class Groups:
     trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
     nodes: list[int]  # node rank of every global rank
     sync_nccl: dist.ProcessGroup | None = None  # trainer 0 + collectors on NCCL, for sync=nccl
+    nccl_device: torch.device | None = None  # this rank's GPU, which its NCCL communicator is bound to
 
     def node_leaders(self, collectors: list[int]) -> list[int]:
         """The lowest collector rank of each node other than trainer 0's."""
@@ -55,9 +58,17 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> None:
         ) from e
 
 
-def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) -> Groups:
+def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False, nccl_device: Optional[torch.device | str] = None,
+                     nccl_timeout_s: Optional[float] = None) -> Groups:
     """Join the job's default group, learn every rank's node, then make one
-    group per channel (every rank creates every group, in the same order)."""
+    group per channel (every rank creates every group, in the same order).
+
+    ``nccl_sync``: weights travel by NCCL (``sync=nccl``); ``nccl_device``
+    is then this rank's GPU (its placement's), None on a rank outside that
+    group (a second trainer). ``nccl_timeout_s`` bounds every NCCL operation (default
+    ``timeout_s``): the weights group keeps a receive posted between
+    publishes, so it must cover the longest gap between two of them.
+    """
     join(layout, timeout_s)
     timeout = timedelta(seconds=timeout_s)
     gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
@@ -72,8 +83,27 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False) 
     groups = Groups(sync=sync, leaders=sync, data=data, trainers=trainers, nodes=nodes)
     groups.leaders = dist.new_group([0, *groups.node_leaders(layout.collector_ranks)], timeout=timeout, backend="gloo")
     if nccl_sync:
-        groups.sync_nccl = dist.new_group(weights, timeout=timeout, backend="nccl")
+        groups.nccl_device = None if nccl_device is None else torch.device(nccl_device)
+        groups.sync_nccl = nccl_group(weights, timedelta(seconds=nccl_timeout_s or timeout_s), groups.nccl_device)
     return groups
+
+
+def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.device]) -> dist.ProcessGroup:
+    """An NCCL group whose every operation is bounded by ``timeout``.
+
+    Async error handling stays on (torch's default, set here in case the
+    environment turned it off): NCCL's watchdog aborts an operation that
+    outlives the timeout and ends the process with an error that names the
+    rank, instead of leaving it hung on the GPU. ``device_id`` (where this
+    torch has it) binds the communicator to this rank's GPU and creates it
+    now, so a bad GPU layout fails at start-up, not at the first publish.
+    """
+    if os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0") == "0":
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3"  # tear the process down on a timeout or error
+    kwargs: dict[str, Any] = {}
+    if device is not None and "device_id" in inspect.signature(dist.new_group).parameters:
+        kwargs["device_id"] = device
+    return dist.new_group(ranks, timeout=timeout, backend="nccl", **kwargs)
 
 
 def _attempt_store(layout: Layout, timeout: timedelta) -> dist.Store | None:

@@ -16,8 +16,9 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.distributed.handshake import check_schema
+from harness.packing import leaf_tensors
 from harness.sync.contract import Endpoint, Header, Sink, Source, SyncError, WeightPublisher, WeightSubscriber
-from harness.sync.payload import Payload, weights_of
+from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
 
 
 class Publisher(WeightPublisher):
@@ -42,8 +43,8 @@ class Publisher(WeightPublisher):
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models
         self.source = weights_of(models)
-        # A GPU trainer's weights reach CPU transports through pinned staging memory.
-        pin = self.device == "cpu" and torch.cuda.is_available()
+        # A GPU trainer's weights reach CPU transports through pinned memory (Payload.write).
+        pin = any(staging_path(t.device, torch.device(self.device)) == DEVICE_TO_HOST for t in leaf_tensors(self.source))
 
         def make_payload() -> Payload:
             return Payload.from_models(models, value_names, self.wire_dtype, self.device, pin)

@@ -17,9 +17,10 @@ if TYPE_CHECKING:  # the config module imports the scheme registry, so only for 
 
 
 def _device(endpoint: Endpoint, groups: Groups) -> str:
-    if not torch.cuda.is_available() or groups.sync_nccl is None:
-        raise SyncError(f"{endpoint}: sync=nccl needs CUDA on every rank and this rank has none: use sync=gloo")
-    return f"cuda:{torch.cuda.current_device()}"
+    """The rank's GPU, as its placement chose it (init_distributed bound the NCCL group to it)."""
+    if not torch.cuda.is_available() or groups.sync_nccl is None or groups.nccl_device is None:
+        raise SyncError(f"{endpoint}: sync=nccl needs a GPU on every rank and this rank has none: use sync=gloo")
+    return str(groups.nccl_device)
 
 
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:

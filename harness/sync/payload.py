@@ -54,6 +54,8 @@ class Payload:
         # write()'s plan for one source: it publishes the same TensorDict every time.
         self._flat_source: TensorDictBase | None = None
         self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.write_path: str | None = None  # PER_LEAF, PLAIN_COPY or DEVICE_TO_HOST, once write() planned it
+        self._copied: torch.cuda.Event | None = None  # DEVICE_TO_HOST: recorded after the copy, waited on
 
     @classmethod
     def from_models(
@@ -123,13 +125,26 @@ class Payload:
             self.td.copy_(other.td)
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
-        """Copy ``weights`` (laid out as this payload's) and ``header`` in."""
+        """Copy ``weights`` (laid out as this payload's) and ``header`` in.
+
+        A source packed like us moves with one flat copy. From a GPU into CPU
+        memory (a GPU trainer, CPU collectors) that copy is non-blocking into
+        this payload's pinned buffer, and returns only once a CUDA event says
+        it landed: a transport sends the buffer right after, and must never
+        send bytes still in flight."""
         if weights is not self._flat_source:
             self._flat_source, self._flat = weights, flat_region(weights, self.td["weights"])
-        if self._flat is not None:
-            self._flat[1].copy_(self._flat[0])  # source packed like us: one copy
+            self.write_path = PER_LEAF if self._flat is None else staging_path(self._flat[0].device, self._flat[1].device)
+            self._copied = torch.cuda.Event() if self.write_path == DEVICE_TO_HOST else None
+        if self._flat is None:
+            self.td["weights"].copy_(weights)  # per leaf (a cast to the wire dtype, say); each copy complete when it returns
+        elif self._copied is None:
+            self._flat[1].copy_(self._flat[0])
         else:
-            self.td["weights"].copy_(weights)
+            source, target = self._flat
+            target.copy_(source, non_blocking=True)
+            self._copied.record(torch.cuda.current_stream(source.device))
+            self._copied.synchronize()
         self.write_header(header)
 
     def write_header(self, header: Header) -> None:
@@ -155,6 +170,18 @@ class Payload:
             stop=bool(h["stop"]),
             values={n: float(h["values", n]) for n in self.value_names},
         )
+
+
+PER_LEAF, PLAIN_COPY, DEVICE_TO_HOST = "per leaf", "plain copy", "device to host"
+
+
+def staging_path(source: torch.device, target: torch.device) -> str:
+    """How :meth:`Payload.write` moves a packed source into a buffer on ``target``:
+    ``DEVICE_TO_HOST`` from a GPU into CPU memory (one non-blocking copy into
+    pinned memory, then a CUDA event waited on); ``PLAIN_COPY`` otherwise:
+    CPU to CPU, complete when it returns, or on a GPU (``sync=nccl``), on the
+    stream that NCCL's broadcast waits for."""
+    return DEVICE_TO_HOST if source.type == "cuda" and target.type == "cpu" else PLAIN_COPY
 
 
 def _wire(dtype: torch.dtype, wire_dtype: torch.dtype | None) -> torch.dtype:

@@ -102,6 +102,8 @@ class Segment:
         self.control = np.ndarray((3 + slots,), dtype=np.int64, buffer=buf)
         offset, stride = self.control_bytes(slots), -(-slot_bytes // 64) * 64
         self.slots = [torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)]
+        self.nbytes = len(buf)
+        self.registered = False  # page-locked for CUDA (pin_for_cuda)
 
     @staticmethod
     def control_bytes(slots: int) -> int:
@@ -141,11 +143,29 @@ class Segment:
             raise
         return cls(name, memoryview(mapping), fd, slot_bytes, slots, owner=False, closer=mapping.close)
 
+    def pin_for_cuda(self) -> bool:
+        """Page-lock the mapping for CUDA (``cudaHostRegister``): a GPU
+        trainer's weights then land in a slot with one full-speed
+        device-to-host copy. False where the driver refuses; the copy still
+        works then, through the driver's own staging, at a lower speed."""
+        cudart, base = torch.cuda.cudart(), int(self.control.ctypes.data)
+        self.registered = int(cudart.cudaHostRegister(base, self.nbytes, 0)) == 0
+        if not self.registered:
+            # The refusal stays behind as this thread's "last CUDA error", which torch would report at its
+            # next kernel launch as that kernel's failure: consume it here with a launch of our own.
+            try:
+                torch.ones(1, device=torch.cuda.current_device()).add_(1)
+            except RuntimeError:
+                pass
+        return self.registered
+
     def lock(self, slot: int, kind: int) -> bool:
         return _ofd_lock(self.fd, slot, kind)
 
     def close(self) -> None:
         creator = int(self.control[PID])
+        if self.registered:  # before the mapping goes
+            torch.cuda.cudart().cudaHostUnregister(int(self.control.ctypes.data))
         os.close(self.fd)  # releases this end's locks
         self.slots, self.control = [], None  # release the views before closing the mapping
         try:
@@ -173,6 +193,10 @@ class ShmSink:
     def open(self, make_payload: PayloadFactory) -> None:
         payload = make_payload()
         self.segment = Segment.create(payload.buffer.numel(), self.readers + 2, self.node)
+        # A GPU trainer's (Publisher.connect pins its payloads): its weights land in the slots. A process that
+        # never touched CUDA has no pinned memory, and asking would make it a CUDA context: don't.
+        if torch.cuda.is_initialized() and payload.buffer.is_pinned():
+            self.segment.pin_for_cuda()
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
     def write(self, weights: TensorDictBase, header: Header) -> None:

@@ -1,0 +1,201 @@
+"""Device decisions that need no GPU: how weights leave a trainer, how batches
+reach it, checkpoints across devices, and mixed precision. (What only a GPU
+can show is in tests/test_gpu.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from harness import checkpoint
+from harness.algos import ALGOS
+from harness.algos.replay import ReplayBuffer
+from harness.algos.transfer import HostToDevice
+from harness.collect.envs import env_spec
+from harness.packing import flat_region, pack_parameters_
+from harness.roles.state import Progress, TrainerState
+from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
+
+pytestmark = pytest.mark.unit
+PENDULUM = env_spec("Pendulum-v1")
+CUDA, CPU, META = torch.device("cuda:0"), torch.device("cpu"), torch.device("meta")
+
+
+def test_staging_path_is_a_device_to_host_copy_only_from_a_gpu_into_cpu_memory():
+    assert staging_path(CUDA, CPU) == DEVICE_TO_HOST  # GPU trainer, CPU collectors: pinned + event
+    assert staging_path(CPU, CPU) == PLAIN_COPY  # the CPU path: one copy, as before
+    assert staging_path(CUDA, torch.device("cuda:0")) == PLAIN_COPY  # sync=nccl: on the GPU, stream-ordered
+
+
+def test_cpu_publish_is_one_flat_copy_with_no_event_and_lands_whole():
+    trainer = pack_parameters_(nn.Sequential(nn.Linear(3, 8), nn.Linear(8, 2)))
+    payload = Payload.from_models({"policy": trainer})
+    assert not payload.buffer.is_pinned()  # a CPU trainer's payload is plain memory
+    weights = weights_of({"policy": trainer})
+    payload.write(weights, Header(3))
+    assert payload.write_path == PLAIN_COPY  # one flat copy, no staging, no event
+    assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), payload.td["weights", "policy"].values(True, True)))
+
+
+def test_a_normalising_algorithms_policy_and_statistics_publish_as_one_flat_copy():
+    """Policy (float32) and observation statistics (float64) share the trainer's one packed buffer,
+    so a publish moves both with one copy: on a GPU trainer, the one device-to-host copy."""
+    sac = ALGOS["sac"]
+    algo = sac(sac.Config(normalize_obs=True), PENDULUM, 1000)
+    assert algo.obs_norm is not None
+    algo.obs_norm.update(torch.randn(32, 3) * 5 + 2)
+    models = algo.published_models()
+    payload = Payload.from_models(models)
+    payload.write(weights_of(models), Header(1))
+    assert list(models) == ["policy", "obs_norm"] and payload.write_path == PLAIN_COPY
+    sent = payload.td["weights", "obs_norm"]
+    assert sent["mean"].dtype == torch.float64 and int(sent["count"]) == 32
+    assert all(torch.equal(sent[k], v) for k, v in algo.obs_norm.state_dict().items())
+
+
+def test_flat_region_refuses_a_target_whose_leaves_are_not_one_buffer():
+    source = pack_parameters_(nn.Linear(3, 2))
+    loose = TensorDict.from_module(nn.Linear(3, 2)).detach()  # two separate tensors
+    assert flat_region(TensorDict.from_module(source), loose) is None
+    assert flat_region(TensorDict.from_module(source), TensorDict.from_module(pack_parameters_(nn.Linear(3, 2)))) is not None
+
+
+def replay(n: int = 50) -> ReplayBuffer:
+    buffer = ReplayBuffer(64, TensorDict(obs=torch.zeros(3), action=torch.zeros(1), terminated=torch.zeros((), dtype=torch.bool)))
+    data = TensorDict(obs=torch.arange(3 * n, dtype=torch.float32).view(n, 3), action=torch.arange(n, dtype=torch.float32)[:, None],
+                      terminated=torch.arange(n) % 2 == 0, batch_size=[n])
+    buffer.extend(data)
+    return buffer
+
+
+def test_a_cpu_trainer_indexes_its_replay_in_place_with_nothing_staged():
+    buffer, feed = replay(), HostToDevice("cpu")
+    index = torch.tensor([3, 7, 7])
+    batch = feed.sample(buffer.storage, index)
+    assert torch.equal(batch["obs"], buffer.storage["obs"][index]) and feed.staging is None
+    same = TensorDict(x=torch.ones(2), batch_size=[2])
+    assert feed.move(same) is same
+
+
+def test_a_device_trainer_gathers_into_one_reused_staging_buffer_then_moves_it():
+    """Towards ``meta`` (no bytes move) the staging steps run here as on a GPU, without pinning or events."""
+    buffer, feed = replay(), HostToDevice(META)
+    first = feed.sample(buffer.storage, torch.tensor([1, 2, 3, 4]))
+    assert first.device == META and first["obs"].shape == (4, 3)
+    staging = feed.staging
+    assert staging is not None and staging.is_consolidated()  # one storage: one copy to the device
+    index = torch.tensor([9, 0, 9, 5])
+    feed.sample(buffer.storage, index)
+    assert feed.staging is staging  # reused, not reallocated
+    for key in ("obs", "action", "terminated"):
+        assert torch.equal(staging[key], buffer.storage[key][index]), key  # gathered straight into it
+    for _ in range(2):  # PPO's rounds: the first makes a staging buffer of their layout, the next reuse it
+        rounds = TensorDict(rollout=TensorDict(obs=torch.randn(4, 2, 3), batch_size=[4, 2]), next_obs=torch.randn(2, 3))
+        moved = feed.move(rounds)
+        assert moved.device == META and torch.equal(feed.staging["rollout", "obs"], rounds["rollout", "obs"])
+    assert feed.staging is not staging and feed.staging.is_consolidated()
+
+
+def test_replay_made_on_a_device_and_rebuilt_from_a_checkpoint_on_another():
+    state = replay(10).state_dict()
+    rebuilt = ReplayBuffer.from_state(state, 64, device=META)
+    assert rebuilt.storage.device == META and rebuilt.size == 10
+    assert rebuilt.sample_index(4).device == META
+
+
+@contextlib.contextmanager
+def saved_as_if_on_a_gpu():
+    """``torch.save`` tags every storage with the device it was on, and that tag
+    is all a file knows of devices: tag CPU storages ``cuda:0`` while saving,
+    and the file is the one a GPU trainer writes."""
+    registry = torch.serialization._package_registry
+    entry = (1, lambda storage: "cuda:0" if storage.device.type == "cpu" else None, lambda storage, location: None)
+    registry.insert(0, entry)
+    try:
+        yield
+    finally:
+        registry.remove(entry)
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
+    algo_cls = ALGOS["sac"]
+    cfg = algo_cls.Config(batch_size=16, learning_starts=0, buffer_size=64)
+    torch.manual_seed(0)
+    trained = algo_cls(cfg, PENDULUM, 1000)
+    n = 32
+    frames = TensorDict(obs=torch.randn(n, 3), action=torch.rand(n, 1) * 4 - 2, reward=torch.randn(n), next_obs=torch.randn(n, 3),
+                        terminated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+    trained.update([TensorDict(rollout=frames.unsqueeze(1), batch_size=[])], 0)  # steps taken: Adam has state
+    state = TrainerState(trained, Progress(frames=n), 0, None, keep_replay=True).state_dict()
+    with saved_as_if_on_a_gpu():
+        path = checkpoint.save(tmp_path, state, {"step": n, "algo": "sac", "env": "Pendulum-v1"}, keep=1)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):  # the file asks for a GPU: loading it as saved needs one
+            torch.load(path / "state.pt", weights_only=True)
+    loaded, _ = checkpoint.read(path)
+    resumed = algo_cls(cfg, PENDULUM, 1000)
+    TrainerState(resumed, Progress(), 0, None, keep_replay=True).load_state_dict(loaded)
+    for a, b in zip(trained.critics.parameters(), resumed.critics.parameters()):
+        assert b.device == CPU and torch.equal(a, b)
+    for mine, theirs in zip(resumed.q_optimizer.state.values(), trained.q_optimizer.state.values()):
+        assert all(v.device == CPU and torch.equal(v, theirs[k]) for k, v in mine.items())
+    assert resumed.buffer is not None and resumed.buffer.size == n and resumed.buffer.storage.device == CPU
+    resumed.update([TensorDict(rollout=frames.unsqueeze(1), batch_size=[])], n)  # and it trains on
+
+
+def test_amp_is_off_unless_asked_and_names_its_choices():
+    sac = ALGOS["sac"]
+    assert sac(sac.Config(), PENDULUM, 1000).amp_dtype is None
+    assert sac(sac.Config(amp="bf16"), PENDULUM, 1000).amp_dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="algo.amp='fp16': choose off .* or bf16"):
+        sac.Config(amp="fp16")
+
+
+def values_under_test(name: str, algo, obs: torch.Tensor) -> torch.Tensor:
+    """What the algorithm's TD or value loss regresses: Q (or V) on ``obs``."""
+    if name == "dqn":
+        return algo.policy.q(obs)
+    if name == "ppo":
+        return algo.loss.value(obs)
+    action = torch.rand(obs.shape[0], 1)
+    if name == "iql":
+        return algo.value_loss(obs, action)[1]  # Q - V
+    return algo.critics(obs, action)
+
+
+@pytest.mark.parametrize("name", ["sac", "td3", "iql", "dqn", "ppo"])
+def test_amp_multiplies_in_bfloat16_but_the_values_losses_regress_stay_float32(name):
+    """bfloat16 keeps 8 bits of mantissa: a Q-value near -1000 would move in steps of 4,
+    swallowing the TD error. The heads return float32 whatever autocast computed inside."""
+    spec = env_spec("CartPole-v1") if name in ("dqn", "ppo") else PENDULUM
+    cls = ALGOS[name]
+    algo = cls(cls.Config(amp="bf16"), spec, 1000)
+    obs = torch.randn(8, spec.obs_dim)
+    with algo.autocast():
+        assert torch.mm(obs, obs.T).dtype == torch.bfloat16  # the products inside are bfloat16
+        assert values_under_test(name, algo, obs).dtype == torch.float32
+    assert all(p.dtype == torch.float32 for p in algo.policy.parameters())
+
+
+@pytest.mark.parametrize("name, env", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1"), ("iql", "Pendulum-v1"),
+                                       ("cql", "CartPole-v1"), ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1")])
+def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
+    """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random actions must
+    be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just as CUDA does."""
+    spec = env_spec(env)
+    cls = ALGOS[name].for_spec(spec)
+    policy = cls.make_policy(cls.Config(), spec).to(META)
+    for values in ({}, {"random": 1.0, "epsilon": 0.5}):
+        assert policy(torch.zeros(4, spec.obs_dim, device=META), values)["action"].device == META
+
+
+def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_on():
+    """A GPU collector of a normalising algorithm: the statistics it normalises with are on its GPU too."""
+    cls = ALGOS["ppo"]
+    models = {name: m.to(META) for name, m in cls.make_models(cls.Config(normalize_obs=True), PENDULUM).items()}
+    policy = cls.acting_policy(models)
+    assert policy(torch.zeros(4, PENDULUM.obs_dim, device=META))["action"].device == META
