@@ -7,10 +7,14 @@ lr 2.5e-4 annealed, entropy bonus 0.01), written out below as the reference.
 Both report the mean return of the episodes that ended in each window of
 ``--log-every`` frames (the harness's ``train/episode_return`` row); the time to
 the score is when the first window at or above ``--score`` is seen, counted from
-the launch, so start-up is included. Seeds run interleaved (harness, reference,
-harness, ...) so that a noisy machine hits both alike; medians are reported.
+the launch, so start-up is included. ``--against DIR`` adds the default job of
+another checkout (an earlier commit in a git worktree) as a third contestant.
+Seeds run interleaved (this build, the other, the reference, this build, ...)
+so that a noisy machine hits all alike; medians are reported. Every process
+runs with ``OMP_NUM_THREADS=1``, as ``scripts/train.sh`` launches the harness.
 
     python benchmarks/time_to_score.py --json /tmp/time_to_score.json
+    git worktree add /tmp/before <commit> && python benchmarks/time_to_score.py --against /tmp/before
 """
 
 from __future__ import annotations
@@ -104,11 +108,18 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
                 opt.step()
 
 
-def watch(cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float,
-          timeout: float) -> tuple[float | None, float]:
-    """Launch ``cmd`` in ``tmp`` (output to ``tmp/out.txt``) and poll ``returns(tmp)``, the window returns so far,
-    until it ends. Returns (seconds from launch to the first window >= score, or None; seconds to the end)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+def watch(cmd: list[str], returns: Callable[[str], list[float]], score: float, code: Path = ROOT,
+          timeout: float = 1800) -> tuple[float | None, float]:
+    """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to ``out.txt`` there,
+    and poll ``returns(directory)``, the window returns so far, until it ends.
+    Returns (seconds from launch to the first window >= score, or None; seconds to the end)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _watch(cmd(tmp), tmp, returns, score, code, timeout)
+
+
+def _watch(cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float, code: Path,
+           timeout: float) -> tuple[float | None, float]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(code)}
     start, reached = time.perf_counter(), None
     with open(f"{tmp}/out.txt", "w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -150,22 +161,28 @@ def main() -> None:
     parser.add_argument("--score", type=float, default=475.0)
     parser.add_argument("--log-every", type=int, default=10_000)
     parser.add_argument("--nproc", type=int, default=3, help="ranks of the harness's job")
+    parser.add_argument("--against", metavar="DIR", help="also the default job of this checkout (a git worktree)")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--reference-run", type=int, metavar="SEED", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_run is not None:
         return reference_ppo(args.reference_run, args.frames, args.log_every)
-    runs: dict[str, list[tuple[float | None, float]]] = {"harness": [], "reference": []}
+    def harness(tmp: str) -> list[str]:
+        return [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={args.nproc}",
+                "-m", "harness.train", f"seed={seed}", f"collector.total_frames={args.frames}", f"run_dir={tmp}/run",
+                f"logger.log_every_frames={args.log_every}", "logger.console=false", "checkpoint.every_frames=0"]
+
+    def reference(tmp: str) -> list[str]:
+        return [sys.executable, __file__, "--reference-run", str(seed), f"--frames={args.frames}", f"--log-every={args.log_every}"]
+
+    contestants = {"harness": (harness, harness_returns, ROOT), "reference": (reference, reference_returns, ROOT)}
+    if args.against:
+        contestants = {"harness": contestants["harness"], "against": (harness, harness_returns, Path(args.against).resolve()),
+                       "reference": contestants["reference"]}
+    runs: dict[str, list[tuple[float | None, float]]] = {name: [] for name in contestants}
     for seed in args.seeds:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={args.nproc}",
-                   "-m", "harness.train", f"seed={seed}", f"collector.total_frames={args.frames}", f"run_dir={tmp}/run",
-                   f"logger.log_every_frames={args.log_every}", "logger.console=false", "checkpoint.every_frames=0"]
-            runs["harness"].append(watch(cmd, tmp, harness_returns, args.score, 1800))
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, __file__, "--reference-run", str(seed), f"--frames={args.frames}",
-                   f"--log-every={args.log_every}"]
-            runs["reference"].append(watch(cmd, tmp, reference_returns, args.score, 1800))
+        for name, (cmd, returns, code) in contestants.items():
+            runs[name].append(watch(cmd, returns, args.score, code))
         print(f"seed {seed}: " + "   ".join(f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all"
                                            for k, v in runs.items()), flush=True)
     rows = []
