@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import wait_for
 from torch import nn
 
 from harness.distributed.setup import init_distributed
@@ -191,13 +192,12 @@ def killed_publisher(rank, world, scheme):
     end, _ = connect(rank, scheme, timeout_s=30)
     if rank == 0:
         os.kill(os.getpid(), signal.SIGKILL)
-    start = time.monotonic()
     try:
         end.wait(0, timeout_s=20)
     except SyncError as e:
         end.close()
-        return str(e), time.monotonic() - start
-    return "no error", 0.0
+        return str(e)
+    return "no error"
 
 
 def harness_segments() -> set[str]:
@@ -209,13 +209,9 @@ def harness_segments() -> set[str]:
 def test_killed_publisher_is_an_error_not_a_hang_and_leaves_no_segment(scheme):
     before = harness_segments()
     results = run_ranks(killed_publisher, 2, scheme)
-    message, elapsed = results[1][1]
-    assert f"rank 1 (collector, sync={scheme})" in message
-    assert elapsed < 25
-    deadline = time.monotonic() + 5  # the dead publisher's resource tracker may still be unlinking
-    while harness_segments() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert harness_segments() - before == set()
+    assert f"rank 1 (collector, sync={scheme})" in results[1][1]  # the wait's bound ended it, with a sentence
+    # The dead publisher's resource tracker may still be unlinking.
+    wait_for(lambda: not harness_segments() - before, 60, "the dead publisher's segments to be removed")
 
 
 def segment_mode(rank, world):
