@@ -27,8 +27,8 @@ def test_default_job_is_ppo_cartpole_gloo():
 
 def test_tuned_hyper_parameters_apply_to_their_pair_only_and_yield_to_the_command_line():
     tuned = compose_config()  # algo=ppo env=cartpole: conf/tuned/ppo_cartpole.yaml
-    assert (tuned.algo.update_epochs, tuned.algo.lr, tuned.collector.frames_per_batch) == (20, 1e-3, 128)
-    assert compose_config("experiment=ppo_cartpole").algo.update_epochs == 20
+    assert (tuned.algo.update_epochs, tuned.algo.lr, tuned.collector.frames_per_batch) == (10, 1e-3, 128)
+    assert compose_config("experiment=ppo_cartpole").algo.update_epochs == 10
     generic = compose_config("env=pendulum")  # PPO elsewhere: conf/algo/ppo.yaml's defaults
     assert (generic.algo.update_epochs, generic.algo.lr, generic.collector.frames_per_batch) == (4, 2.5e-4, 256)
     assert compose_config("algo.update_epochs=3").algo.update_epochs == 3
