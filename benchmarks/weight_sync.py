@@ -7,9 +7,19 @@ rank 0 stamps the clock, publishes, and every subscriber notes when the update
 is applied to its policy; a barrier separates samples, so nothing queues. The
 clock is CLOCK_MONOTONIC, shared by all processes of a machine.
 
-References measured in the same run: ``memcpy`` (one in-process copy of the
-same bytes: the physical limit) and ``gloo_per_param`` (one Gloo broadcast per
-tensor: the naive way, close to TorchRL's distributed weight updater).
+References measured in the same run:
+
+- ``memcpy``: one in-process, cache-hot copy of the same bytes. It moves
+  between runs (0.04 ms at 1M one day, 0.30 ms another), so ratios to it swing;
+- ``shm_copy_ack``: the cross-process floor. The publisher copies its packed
+  parameters into a shared-memory buffer and bumps a word there; each
+  subscriber, asleep on that word (a futex, as ``shm`` readers wait), wakes,
+  notes the time and acknowledges. No scheme that moves the bytes to another
+  process can beat it: it is one copy and one wake-up, with no locking,
+  no header and no protocol;
+- ``gloo_per_param``: one Gloo broadcast per tensor: the naive way, close to
+  TorchRL's distributed weight updater.
+
 Models hold about ``params`` float32 parameters as 100 tensors (50 linear layers).
 """
 
@@ -21,6 +31,7 @@ import math
 import statistics
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -29,10 +40,11 @@ from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.packing import pack_parameters_
-from harness.sync import Header, make_publisher, make_subscriber
+from harness.sync import Header, futex, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 
 SCHEMES = ["gloo", "shm", "hierarchical"]
+REFERENCES = ["shm_copy_ack", "gloo_per_param"]  # measured by spawned ranks like the schemes
 
 
 def make_model(params: int) -> nn.Module:
@@ -81,6 +93,56 @@ def per_param_rank(rank: int, world: int, params: int, samples: int) -> list[flo
     return latencies
 
 
+def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[float]:
+    """``shm_copy_ack``: rank 0 copies into shared memory and rings; every other rank wakes, notes the time, acknowledges."""
+    from multiprocessing import shared_memory
+
+    torch.set_num_threads(1)
+    init_distributed(Layout.from_env(1), 60)  # barriers between samples, and the buffer's name; never in what is timed
+    packed = next(pack_parameters_(make_model(params)).parameters()).untyped_storage()  # one buffer, as a trainer's
+    source = torch.empty(0, dtype=torch.uint8).set_(packed)  # type: ignore[call-overload]
+    name = [f"bench-copy-ack-{torch.randint(1 << 30, ()).item()}"]
+    dist.broadcast_object_list(name, src=0)
+    offset = -(-(3 + world) * 8 // 64) * 64
+    if rank == 0:
+        region = shared_memory.SharedMemory(name=name[0], create=True, size=offset + source.numel())
+    dist.barrier()
+    if rank:
+        region = shared_memory.SharedMemory(name=name[0])
+    assert region.buf is not None
+    # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber acknowledged...]
+    control = np.ndarray((3 + world,), dtype=np.int64, buffer=region.buf)
+    target = torch.frombuffer(region.buf, dtype=torch.uint8, count=source.numel(), offset=offset)
+    bell, ack_bell = control.ctypes.data, control.ctypes.data + 8
+    latencies = []
+    dist.barrier()
+    for version in range(1, samples + 1):
+        dist.barrier()
+        if rank == 0:
+            control[2] = time.monotonic_ns()
+            target.copy_(source)
+            control[0] = version
+            futex.wake(bell)
+            while True:
+                rung = int(control[1])  # before looking: an acknowledgement after it ends the sleep at once
+                if all(control[3 + r] == version for r in range(1, world)):
+                    break
+                futex.wait(ack_bell, rung, 1.0)
+        else:
+            while int(control[0]) < version:
+                futex.wait(bell, version - 1, 1.0)
+            latencies.append((time.monotonic_ns() - int(control[2])) / 1e6)
+            control[3 + rank] = version
+            control[1] += 1  # not atomic: two subscribers may add one between them, but the word changes, which is all a sleeper needs
+            futex.wake(ack_bell)
+    dist.barrier()
+    del control, target
+    region.close()
+    if rank == 0:
+        region.unlink()
+    return latencies
+
+
 def memcpy(params: int, samples: int) -> list[float]:
     torch.set_num_threads(1)
     nbytes = sum(p.numel() * 4 for p in make_model(params).parameters())
@@ -114,7 +176,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--subscribers", type=int, default=2)
-    parser.add_argument("--schemes", nargs="+", default=["gloo_per_param", *SCHEMES])
+    parser.add_argument("--schemes", nargs="+", default=[*REFERENCES, *SCHEMES])
     args = parser.parse_args()
 
     rows = []
@@ -125,6 +187,8 @@ def main() -> None:
         for scheme in args.schemes:
             if scheme == "gloo_per_param":
                 latencies = gather(run_ranks(per_param_rank, world, params, samples, timeout=600))
+            elif scheme == "shm_copy_ack":
+                latencies = gather(run_ranks(copy_ack_rank, world, params, samples, timeout=600))
             else:
                 latencies = gather(run_ranks(scheme_rank, world, scheme, params, samples, timeout=600))
             rows.append(row(scheme, params, latencies))
@@ -134,11 +198,13 @@ def main() -> None:
     def median(scheme, params):
         return next(r["median_ms"] for r in rows if r["scheme"] == scheme and r["params"] == params)
 
-    print("\nratios (medians):")
-    for params in args.sizes if {"gloo_per_param", *SCHEMES} <= set(args.schemes) else []:
-        print(f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):6.1f}x   "
-              f"shm/memcpy {median('shm', params) / median('memcpy', params):6.2f}x   "
-              f"hierarchical/shm {median('hierarchical', params) / median('shm', params):5.2f}x")
+    print("\nratios of medians: each scheme / shm_copy_ack (the cross-process floor), and / memcpy")
+    for params in args.sizes if "shm_copy_ack" in args.schemes else []:
+        print(f"  {params:>10,}: " + "   ".join(
+            f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x ({median(scheme, params) / median('memcpy', params):.1f}x)"
+            for scheme in args.schemes if scheme != "shm_copy_ack"))
+    for params in args.sizes if {"gloo_per_param", "gloo"} <= set(args.schemes) else []:
+        print(f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):.1f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
