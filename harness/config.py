@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.algos import ALGOS
+from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id, env_spec
 from harness.metrics.video import check_video_support
@@ -162,16 +163,25 @@ class Config:
         self._check_dataset()
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
-        if self.topology.trainers > 1 and not ALGOS[self.algo.name].data_parallel_trainers:
+        self._check_trainers()
+
+    def _check_trainers(self) -> None:
+        trainers = self.topology.trainers
+        if trainers > 1 and not ALGOS[self.algo.name].data_parallel_trainers:
             raise ValueError(
-                f"topology.trainers={self.topology.trainers}: algo={self.algo.name} learns on one trainer (its replay or "
-                "dataset lives there); use topology.trainers=1 and add collector ranks instead"
+                f"topology.trainers={trainers}: algo={self.algo.name} learns on one trainer. Offline algorithms take "
+                "gradient steps on a dataset while collectors only evaluate, so more trainers add no data, and their "
+                "loop does not average gradients yet. Use topology.trainers=1 (add collector ranks to evaluate more)"
             )
-        if self.topology.trainers > 1 and self.collector.mode == "async":
+        if trainers > 1 and isinstance(self.algo, OffPolicyConfig) and self.algo.batch_size % trainers:
             raise ValueError(
-                f"topology.trainers={self.topology.trainers} with collector.mode=async: data-parallel trainers "
-                "need equal batches each step, which only sync mode gives. Use collector.mode=sync or one trainer."
+                f"algo.batch_size={self.algo.batch_size} cannot be split over topology.trainers={trainers} (each samples "
+                f"batch_size / {trainers} from its own replay): use a multiple of {trainers}, e.g. "
+                f"algo.batch_size={self.algo.batch_size // trainers * trainers or trainers}"
             )
+        if getattr(self.algo, "normalize_reward", False) and self.collector.mode != "sync":
+            raise ValueError("algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
+                             "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync.")
 
     def _check_dataset(self) -> None:
         offline = ALGOS[self.algo.name].offline

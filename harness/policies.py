@@ -35,7 +35,8 @@ class RandomPolicy(Policy):
 
 def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]:
     """The policy that a run directory's newest valid checkpoint (or the
-    checkpoint ``path`` names) holds, the header values it acted with at that
+    checkpoint ``path`` names) holds (acting through the checkpoint's
+    observation statistics, if it normalises), the header values it acted with at that
     point of training (DQN's epsilon, say), and a description of where it came from."""
     where = Path(path)
     run_dir = where.parent.parent if (where / "state.pt").exists() else where
@@ -56,7 +57,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     spec = env_spec(env_id)
     algo = ALGOS[name].for_spec(spec)(algo_cfg, spec, run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
-    policy = cast(Policy, algo.published_models()["policy"])  # the "policy" model is the algorithm's Policy
+    policy = algo.acting_policy(algo.published_models())  # behind its observation normaliser, frozen, if it has one
     policy.eval()
     frames = state["progress"]["frames"]
     return policy, algo.values_for_header(frames), {"policy": str(where), "algo": name, "frames": frames}

@@ -2,6 +2,7 @@
 """Plots from runs and benchmarks.
 
     scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png
+    scripts/plot.py --presets runs/sota --out-dir docs/     # docs/curves-<preset>.png, one per preset, seeds as a band
     scripts/plot.py --bench bench-weight_sync.json --out latency.png
     scripts/plot.sh ...          # the same, setting up .venv first if it is missing
 
@@ -12,7 +13,10 @@ that one.
 Learning curves: ``train/episode_return`` (and ``eval/return`` where logged)
 against env frames and against wall time, one line per run. Runs whose
 configs differ only in ``seed`` (and ``run_dir``) are one line: their mean,
-with a band from the lowest to the highest seed.
+with a band from the lowest to the highest seed. ``--presets ROOT`` draws one
+PNG per preset from ``ROOT/<preset>/seed-<n>`` (``scripts/sota_check.py``'s
+layout): the mean over seeds with the min-max band, up to the frames every
+seed has reached (runs still in progress included).
 
 Benchmarks: the JSON of ``benchmarks/weight_sync.py`` (median latency against
 model size per scheme, log-log) or of ``benchmarks/collect.py`` (frames per
@@ -68,11 +72,12 @@ def load_run(run_dir: Path) -> tuple[str, dict[str, np.ndarray]]:
     return label, columns
 
 
-def plot_runs(run_dirs: list[Path], out: Path) -> None:
+def plot_runs(run_dirs: list[Path], out: Path, title: str | None = None, label: str | None = None) -> None:
+    """One line per config, seeds as a band; with ``label``, every run is a seed of that one line (a preset's)."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for run_dir in run_dirs:
-        label, columns = load_run(run_dir)
-        groups[label].append(columns)
+        config_label, columns = load_run(run_dir)
+        groups[label or config_label].append(columns)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for (label, runs), color in zip(groups.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10):
         seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
@@ -94,8 +99,26 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
         ax.set_ylabel("episode return (lines: training; dots: evaluation)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
+
+
+def plot_presets(root: Path, out_dir: Path) -> None:
+    """``out_dir/curves-<preset>.png`` for every ``root/<preset>`` holding ``seed-*`` run directories with rows."""
+    drawn = 0
+    for preset_dir in sorted(d for d in root.iterdir() if d.is_dir()):
+        seeds = sorted(d for d in preset_dir.glob("seed-*") if (d / "metrics.csv").exists() and len((d / "metrics.csv").read_text().splitlines()) > 1)
+        if not seeds:
+            continue
+        names = ", ".join(d.name.removeprefix("seed-") for d in seeds)
+        out = out_dir / f"curves-{preset_dir.name}.png"
+        plot_runs(seeds, out, f"{preset_dir.name}: mean over seeds {names}, band from min to max", label=preset_dir.name)
+        print(f"wrote {out}")
+        drawn += 1
+    if not drawn:
+        sys.exit(f"{root} has no <preset>/seed-<n> run directory with metrics rows")
 
 
 def plot_bench(path: Path, out: Path) -> None:
@@ -126,8 +149,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", type=Path, help="run directories")
     parser.add_argument("--bench", type=Path, help="a benchmark JSON instead of runs")
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    parser.add_argument("--presets", type=Path, help="a root of <preset>/seed-<n> run directories: one PNG per preset")
+    parser.add_argument("--out", type=Path, help="the PNG to write")
+    parser.add_argument("--out-dir", type=Path, default=Path("docs"), help="with --presets: where the PNGs go")
     args = parser.parse_args()
+    if args.presets:
+        plot_presets(args.presets, args.out_dir)
+        return
+    if args.out is None:
+        parser.error("give --out FILE.png (or --presets ROOT)")
     if args.bench:
         plot_bench(args.bench, args.out)
     elif args.runs:

@@ -1,13 +1,23 @@
-"""Run every SOTA preset and write docs/results.md.
+"""Run the SOTA presets over seeds and write the table of docs/results.md.
 
-    scripts/sota_check.sh                 # every preset at its full budget
-    scripts/sota_check.sh --frames 20000  # each capped (a smoke run; the table says so)
-    scripts/sota_check.sh --only sac_pendulum td3_pendulum
+    scripts/sota_check.sh                                      # every preset at its full budget, seed 1
+    scripts/sota_check.sh --only ppo_halfcheetah --seeds 1 2 3
+    scripts/sota_check.sh --only td3_hopper --frames 300000    # capped: the table says it ran below the published budget
+    scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run nothing
 
-Each preset runs through torchrun with 1 trainer and NPROC-1 collectors
-(default NPROC=2) in runs/sota/<preset>. The final return is the mean of
-``eval/return`` over the last two evaluations where the preset evaluates,
-else the mean ``train/episode_return`` of the last three log rows.
+Each preset and seed runs through torchrun (1 trainer + NPROC-1 collectors,
+default NPROC=2) in ``<runs-root>/<preset>/seed-<n>`` (default runs-root:
+runs/sota). The same command on an unfinished run directory resumes it;
+``--start-over`` moves an earlier run aside first. Runs launched some other
+way (``torchrun ... -m harness.train experiment=<preset> seed=<n>
+run_dir=<runs-root>/<preset>/seed-<n>``) are summarised the same way: the
+table is made from each run directory's ``metrics.csv`` (and its
+``config.yaml`` for the budget), so ``--summarize`` also reports runs still in
+progress, marked as such, with the return of their newest rows.
+
+Per seed, the final return is the mean ``eval/return`` of the last two
+evaluations where the preset evaluates, else the mean ``train/episode_return``
+of the last three log rows; the wall time is ``time_s`` of the last row.
 """
 
 from __future__ import annotations
@@ -20,84 +30,178 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 ROOT = Path(__file__).resolve().parents[1]
-# preset: (algorithm, task, published score and source); the sources are public benchmark tables
+
+
+@dataclass(frozen=True)
+class Published:
+    """A preset's algorithm and task, and the published score it is compared with."""
+
+    algo: str
+    task: str
+    score: str  # mean ± std over seeds, and where it comes from
+    frames: int  # the budget it was published at
+
+
 PRESETS = {
-    "ppo_cartpole": ("PPO", "CartPole-v1", "490 ± 6 at 500k (CleanRL)"),
-    "dqn_cartpole": ("DQN", "CartPole-v1", "489 ± 16 at 500k (CleanRL)"),
-    "sac_pendulum": ("SAC", "Pendulum-v1", "about -150 at 20k"),
-    "td3_pendulum": ("TD3", "Pendulum-v1", "about -150 at 20k"),
-    "ppo_halfcheetah": ("PPO", "HalfCheetah-v5", "1443 ± 46 on v4 at 1M (CleanRL)"),
-    "sac_halfcheetah": ("SAC", "HalfCheetah-v5", "9635 ± 1424 on v4 at 1M (CleanRL)"),
-    "td3_halfcheetah": ("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 at 1M (CleanRL)"),
-    "sac_hopper": ("SAC", "Hopper-v5", "2310 ± 343 on v4 at 1M (CleanRL)"),
-    "td3_hopper": ("TD3", "Hopper-v5", "3135 ± 360 on v4 at 1M (CleanRL)"),
+    "ppo_cartpole": Published("PPO", "CartPole-v1", "490 ± 6 (CleanRL)", 500_000),
+    "dqn_cartpole": Published("DQN", "CartPole-v1", "489 ± 16 (CleanRL)", 500_000),
+    "sac_pendulum": Published("SAC", "Pendulum-v1", "about -150", 20_000),
+    "td3_pendulum": Published("TD3", "Pendulum-v1", "about -150", 20_000),
+    "ppo_halfcheetah": Published("PPO", "HalfCheetah-v5", "1443 ± 46 on v4 (CleanRL)", 1_000_000),
+    "sac_halfcheetah": Published("SAC", "HalfCheetah-v5", "9635 ± 1424 on v4 (CleanRL)", 1_000_000),
+    "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
+    "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
+    "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
 }
 
 
+@dataclass
+class Run:
+    """What one run directory's metrics.csv (and config.yaml) say."""
+
+    seed: str
+    frames: int  # frames of the last row
+    budget: int | None  # collector.total_frames from config.yaml; None without one
+    final: float
+    source: str  # eval or train
+    wall_s: float
+
+    @property
+    def finished(self) -> bool:
+        return self.budget is not None and self.frames >= self.budget
+
+
 def final_return(rows: list[dict]) -> tuple[float, str]:
-    evals = [float(r["eval/return"]) for r in rows if r.get("eval/return")]
+    evals = [float(r["eval/return"]) for r in rows if r.get("eval/return") not in (None, "", "nan")]
     if evals:
         return statistics.mean(evals[-2:]), "eval"
     train = [float(r["train/episode_return"]) for r in rows if r.get("train/episode_return") not in (None, "", "nan")]
     return (statistics.mean(train[-3:]) if train else math.nan), "train"
 
 
+def budget_of(run_dir: Path) -> int | None:
+    """``collector.total_frames`` as the run's config.yaml has it; None without one."""
+    config = run_dir / "config.yaml"
+    return int(OmegaConf.load(config).collector.total_frames) if config.exists() else None
+
+
+def read_run(run_dir: Path) -> Run | None:
+    """The run in ``run_dir``, or None while it has no metrics row."""
+    metrics = run_dir / "metrics.csv"
+    rows = list(csv.DictReader(metrics.open())) if metrics.exists() else []
+    if not rows:
+        return None
+    final, source = final_return(rows)
+    seed = run_dir.name.removeprefix("seed-")
+    return Run(seed, int(float(rows[-1]["frames"])), budget_of(run_dir), final, source, float(rows[-1]["time_s"]))
+
+
+def seed_dirs(runs_root: Path, preset: str, seeds: list[int] | None) -> list[Path]:
+    """``<runs_root>/<preset>/seed-<n>`` for ``seeds``, or every such directory there is."""
+    if seeds is not None:
+        return [runs_root / preset / f"seed-{s}" for s in seeds]
+    found = (runs_root / preset).glob("seed-*")
+    return sorted((d for d in found if d.is_dir()), key=lambda d: (len(d.name), d.name))
+
+
+def summary_row(preset: str, runs: list[Run]) -> str:
+    """One table row: budget, seeds, final return over seeds, published score and budget, wall time, notes."""
+    pub = PRESETS[preset]
+    finals = [r.final for r in runs]
+    spread = f" ± {statistics.stdev(finals):,.1f}" if len(finals) > 1 else ""
+    sources = "/".join(sorted({r.source for r in runs}))
+    budgets = sorted({r.budget or r.frames for r in runs})
+    notes = []
+    if max(budgets) < pub.frames:
+        notes.append(f"below the published budget: {max(budgets):,} of {pub.frames:,} frames")
+    unfinished = [r for r in runs if not r.finished]
+    if unfinished:
+        notes.append("in progress or stopped: " + ", ".join(
+            f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "") for r in unfinished))
+    wall = statistics.mean(r.wall_s for r in runs)
+    return (f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
+            f"{statistics.mean(finals):,.1f}{spread} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
+            f"{'; '.join(notes)} |")
+
+
+def short(frames: int) -> str:
+    """1M, 500k: a published budget."""
+    return f"{frames / 1e6:g}M" if frames >= 1_000_000 else f"{frames / 1e3:g}k"
+
+
+def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None, start_over: bool) -> int:
+    """One preset and seed through torchrun; returns its exit status."""
+    cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train",
+           f"experiment={preset}", f"seed={seed}", f"run_dir={run_dir}", "logger.console=false"]
+    if frames:
+        cmd.append(f"collector.total_frames={frames}")
+    if start_over:
+        cmd.append("checkpoint.start_over=true")
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, help="cap every preset at this many frames")
-    parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), help="run these presets only")
+    parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), help="these presets only")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default 1) or to summarise (default: every seed-* found)")
+    parser.add_argument("--frames", type=int, help="cap every preset run at this many frames")
+    parser.add_argument("--runs-root", type=Path, default=ROOT / "runs" / "sota", help="run directories: <root>/<preset>/seed-<n>")
+    parser.add_argument("--summarize", action="store_true", help="run nothing: summarise the run directories there are")
+    parser.add_argument("--start-over", action="store_true", help="move an earlier run in a run directory aside first")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
+    failed = []
     lines = []
     for preset in args.only or PRESETS:
-        algo, task, published = PRESETS[preset]
-        run_dir = ROOT / "runs" / "sota" / preset
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train",
-               f"experiment={preset}", f"run_dir={run_dir}", "checkpoint.resume=false", "logger.console=false"]
-        if args.frames:
-            cmd.append(f"collector.total_frames={args.frames}")
-        print("+", " ".join(cmd), flush=True)
-        start = time.monotonic()
-        done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        wall = time.monotonic() - start
-        if done.returncode:
-            lines.append(f"| {algo} | {task} | - | failed (exit {done.returncode}) | {published} | {wall:.0f} s | - |")
-            continue
-        rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-        frames = int(rows[-1]["frames"])
-        value, source = final_return(rows)
-        lines.append(f"| {algo} | {task} | {frames:,} | {value:.1f} ({source}) | {published} | {wall:.0f} s | {frames / wall:,.0f} |")
-        print(lines[-1], flush=True)
-    write_table(args.out, lines, nproc, args.frames)
+        if not args.summarize:
+            for seed in args.seeds or [1]:
+                status = launch(preset, seed, args.runs_root / preset / f"seed-{seed}", nproc, args.frames, args.start_over)
+                if status:
+                    failed.append(f"{preset} seed {seed} (exit {status})")
+        runs = [run for d in seed_dirs(args.runs_root, preset, args.seeds) if (run := read_run(d)) is not None]
+        if runs:
+            lines.append(summary_row(preset, runs))
+            print(lines[-1], flush=True)
+    write_table(args.out, lines)
+    if failed:
+        sys.exit("failed: " + "; ".join(failed))
 
 
-HEADER = "| algorithm | task | frames | final return | published | wall time | frames/s |"
+HEADER = ("| algorithm | task | frames (budget) | seeds | final return | published | published at | wall time per seed | notes |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
 
-def write_table(out: Path, lines: list[str], nproc: int, cap: int | None) -> None:
-    """Replace the rows of the presets just run (keyed by algorithm and task),
+def write_table(out: Path, lines: list[str]) -> None:
+    """Replace the rows of the presets just summarised (keyed by algorithm and task),
     keep the others, so partial runs build the table up. Sections from the
     first ``## `` heading on (notes, the offline results) are kept as they are."""
-    def key(line: str) -> tuple[str, str]:
+    def key(line: str) -> tuple[str, ...]:
         return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
 
     text = out.read_text() if out.exists() else ""
     cut = text.find("\n## ")
     head, sections = (text, "") if cut < 0 else (text[:cut], text[cut:])
-    rows = {key(line): line for line in head.splitlines() if line.startswith("| ") and not line.startswith(HEADER[:12]) and "---" not in line}
+    rows = {key(line): line for line in head.splitlines() if line.startswith("| ") and not line.startswith("| algorithm")
+            and not line.startswith("| ---")}
     rows.update({key(line): line for line in lines})
-    note = f"Capped at {cap:,} frames: a smoke run, not the published budget." if cap else "Full budgets."
     out.write_text(
         "# Results\n\n"
-        "Made by `scripts/sota_check.sh` (1 trainer + NPROC-1 collectors through torchrun, on this project's 2-core,\n"
-        f"no-GPU machine). Last update {time.strftime('%Y-%m-%d')}, NPROC={nproc}; {note}\n"
-        "Final return: mean `eval/return` of the last two evaluations (deterministic policy) where the preset\n"
-        "evaluates, else mean `train/episode_return` of the last three log rows. Offline presets: below.\n\n"
-        f"{HEADER}\n| --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows.values()) + "\n" + sections
+        "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + NPROC-1\n"
+        f"collectors through torchrun, on this project's 2-core, no-GPU machine). Last update {time.strftime('%Y-%m-%d')}.\n"
+        "Final return: per seed, the mean `eval/return` of the last two evaluations (deterministic policy) where the\n"
+        "preset evaluates, else the mean `train/episode_return` of the last three log rows (the stochastic policy's\n"
+        "training episodes, as CleanRL reports); then the mean ± standard deviation (n - 1) over seeds. Wall time:\n"
+        "`time_s` of the last row, mean over seeds. A row says when it ran below the published budget, and when a\n"
+        "seed has not reached its budget (in progress, or stopped). Offline presets: below.\n\n"
+        f"{HEADER}\n" + "\n".join(rows.values()) + "\n" + sections
     )
     print(f"wrote {out}")
 

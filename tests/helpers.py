@@ -27,6 +27,13 @@ def launch_env(extra: dict | None = None) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
 
 
+# One thread per rank, as launch_env's OMP_NUM_THREADS says. A single process
+# would otherwise take every core (trainer.threads=auto), and on a loaded
+# machine, as a test run's often is, OpenMP threads that spin for a core they
+# cannot get make a run a hundred times slower.
+ONE_THREAD = ["trainer.threads=1"]
+
+
 def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
     """``python`` for one process, else the real ``torchrun`` for ``nproc`` ranks."""
     if nproc == 1:
@@ -36,7 +43,9 @@ def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
 
 def run_harness(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None,
                 module: str = "harness.train") -> subprocess.CompletedProcess:
-    """``python -m harness.train`` (nproc 1) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
+    """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
+    if nproc == 1 and module == "harness.train":
+        args = [*ONE_THREAD, *args]
     return subprocess.run([*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env),
                           capture_output=True, text=True, timeout=timeout)
 

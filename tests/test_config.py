@@ -55,9 +55,18 @@ def test_offline_algorithms_need_a_dataset_and_online_ones_refuse_it(tmp_path):
         compose_config("algo=sac", "env=pendulum", f"dataset={tiny_dataset(tmp_path / 'ds', 'Pendulum-v1')}")
 
 
-def test_algorithms_without_data_parallel_learning_refuse_several_trainers():
-    with pytest.raises(ValueError, match="algo=sac learns on one trainer"):
-        compose_config("algo=sac", "env=pendulum", "topology.trainers=2")
+def test_offline_algorithms_refuse_several_trainers_and_online_ones_take_them_in_both_modes(tmp_path):
+    data = tiny_dataset(tmp_path / "ds", "Pendulum-v1")
+    with pytest.raises(ValueError, match="topology.trainers=2: algo=iql learns on one trainer.*Use topology.trainers=1"):
+        compose_config("algo=iql", "env=pendulum", f"dataset={data}", "topology.trainers=2")
+    for mode in ("sync", "async"):
+        assert compose_config("experiment=sac_pendulum", "topology.trainers=2", f"collector.mode={mode}").topology.trainers == 2
+        assert compose_config("experiment=dqn_cartpole", "topology.trainers=2", f"collector.mode={mode}").topology.trainers == 2
+
+
+def test_an_offpolicy_batch_that_several_trainers_cannot_split_is_refused_naming_a_multiple():
+    with pytest.raises(ValueError, match=r"algo.batch_size=255 cannot be split over topology.trainers=2.*algo.batch_size=254"):
+        compose_config("algo=sac", "env=pendulum", "topology.trainers=2", "algo.batch_size=255")
 
 
 def test_overrides_reach_typed_fields():
@@ -85,6 +94,9 @@ def test_overrides_reach_typed_fields():
         ("algo.gamma=0", "algo.gamma=0 is out of range: algo=ppo needs it in (0, 1]"),
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
+        ("algo.normalize_reward=true collector.mode=async", "algo.normalize_reward=true with collector.mode=async"),
+        ("algo=iql env=pendulum dataset=x algo.normalize_obs=true", "algo.normalize_obs=true: algo=iql learns from a fixed dataset"),
+        ("algo.obs_clip=0", "algo.obs_clip=0 is out of range: algo=ppo needs it > 0"),
     ],
 )
 def test_bad_values_fail_with_the_value_and_the_fix(override, message):

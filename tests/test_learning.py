@@ -1,6 +1,6 @@
-"""Short learning checks of the off-policy algorithms: each can fail.
+"""Short learning checks: each can fail.
 
-Random play scores about -1200 on Pendulum-v1 and 22 on CartPole-v1.
+Random play scores about -1200 on Pendulum-v1, 22 on CartPole-v1 and 9 on InvertedPendulum-v5.
 """
 
 from __future__ import annotations
@@ -41,3 +41,15 @@ def test_offpolicy_runs_distributed_with_random_warmup_then_learning(workdir):
     last = rows(workdir / "run")[-1]
     assert int(last["train/replay_size"]) == int(last["frames"])
     assert 0 < int(last["train/gradient_steps"]) <= int(last["frames"]) - 512 + 64
+
+
+def test_ppo_with_normalisation_learns_a_mujoco_task(workdir):
+    """experiment=ppo_halfcheetah's settings (observation normalisation, reward
+    scaling, CleanRL's continuous hyper-parameters) on the cheaper
+    InvertedPendulum-v5, through torchrun: the collector acts through the
+    statistics the trainer publishes with the policy."""
+    out = run_harness(["experiment=ppo_halfcheetah", "env.id=InvertedPendulum-v5", "collector.total_frames=20480",
+                       "logger.log_every_frames=4096", "logger.console=false", "run_dir=run"], workdir, nproc=2, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    curve = returns(workdir / "run")
+    assert max(curve[-2:]) > 50, curve

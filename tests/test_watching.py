@@ -98,6 +98,13 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
     assert done.returncode == 0, done.stderr
     png = (workdir / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    for seed in (1, 2):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
+        (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
+        (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/plot.py"), "--presets", "sota", "--out-dir", "."],
+                          cwd=workdir, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "curves-tiny.png").read_bytes()[:4] == b"\x89PNG"
     bench = [{"scheme": s, "params": p, "tensors": 100, "median_ms": m * p / 1e5, "p90_ms": 1}
              for s, m in (("memcpy", 0.01), ("shm", 0.3)) for p in (100_000, 1_000_000)]
     (workdir / "bench.json").write_text(json.dumps(bench))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Generic, Mapping, Protocol, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Mapping, Optional, Protocol, TypeVar, cast
 
 import torch
 from omegaconf import MISSING
@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from torch import nn
 from torch.distributed import ProcessGroup
 
+from harness.algos.normalize import ObsNormalizer
 from harness.collect.envs import EnvSpec
 from harness.packing import pack_parameters_
 
@@ -38,6 +39,7 @@ RANGES_BY_NAME = {
     "learning_rate": POSITIVE, "hidden": AT_LEAST_ONE, "n_actions": AT_LEAST_ONE, "num_minibatches": AT_LEAST_ONE,
     "clip_coef": POSITIVE, "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE,
     "target_kl": POSITIVE, "target_action_gap": NON_NEGATIVE, "expectile": (0.0, 1.0, False, False),
+    "obs_clip": POSITIVE, "reward_clip": POSITIVE,
 }
 RANGES_BY_SUFFIX = {"_lr": POSITIVE, "lr": POSITIVE, "_frequency": AT_LEAST_ONE, "_every": AT_LEAST_ONE,
                     "_size": AT_LEAST_ONE, "_steps": AT_LEAST_ONE, "_epochs": AT_LEAST_ONE}
@@ -62,6 +64,9 @@ class AlgoConfig:
 
     name: str = MISSING  # registry key: ppo, ...
     compile: bool = False  # torch.compile the gradient step (docs/algorithms.md, "Update speed", says where it pays)
+    # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
+    normalize_obs: bool = False
+    obs_clip: float = 10.0  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -110,6 +115,20 @@ class Policy(nn.Module, abc.ABC):
         return on_device
 
 
+class NormalizedPolicy(Policy):
+    """``policy`` acting on observations normalised by ``obs_norm``: what a
+    collector steps its envs with when the algorithm normalises. Both are
+    models of the same payload, so the statistics are always the ones the
+    policy's version was trained with; a collector never updates them."""
+
+    def __init__(self, policy: Policy, obs_norm: ObsNormalizer):
+        super().__init__()
+        self.policy, self.obs_norm = policy, obs_norm
+
+    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+        return self.policy(self.obs_norm(obs), values, deterministic)
+
+
 class Stateful(Protocol):
     """What a checkpoint holds: a module or an optimiser, by its ``state_dict``."""
 
@@ -136,7 +155,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     needs_next_obs: ClassVar[bool] = False
     # Learns from a fixed dataset, not from collectors' frames (harness/algos/offline.py).
     offline: ClassVar[bool] = False
-    # Averages gradients over several trainers (topology.trainers > 1) with ``data_parallel``.
+    # Averages gradients over several trainers (topology.trainers > 1): with ``data_parallel`` (DDP) when the
+    # loss is one module's forward, else with ``optim.step(..., self.ddp_group)`` per optimiser step.
     data_parallel_trainers: ClassVar[bool] = False
     # Attributes (loss methods, loss modules) that ``algo.compile`` replaces with their ``torch.compile``d selves:
     # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
@@ -148,8 +168,12 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         self.ddp_group = ddp_group  # the trainers' own group when there are several
         self.device = torch.device(device)  # where networks live and batches are moved to
         self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
-        # What collectors run (``make_policy``'s), trained here; packed before any optimiser sees it, so publishing is one copy.
-        self.policy = pack_parameters_(self.make_policy(cfg, spec).to(self.device))
+        # What collectors run (``make_models``'), trained here; packed into one buffer before any optimiser
+        # sees it, so that publishing is one copy.
+        self.models = {name: model.to(self.device) for name, model in self.make_models(cfg, spec).items()}
+        pack_parameters_(nn.ModuleDict(self.models))
+        self.policy = cast(PolicyT, self.models["policy"])
+        self.obs_norm = cast(Optional[ObsNormalizer], self.models.get("obs_norm"))  # updated by ``update``, from raw frames
         if cfg.compile:  # compiled lazily, at the first call
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
@@ -174,9 +198,29 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def make_policy(cls, cfg: ConfigT, spec: EnvSpec) -> PolicyT:
         """The collectors' module; trainers build the same one and train it."""
 
+    @classmethod
+    def make_models(cls, cfg: ConfigT, spec: EnvSpec) -> dict[str, nn.Module]:
+        """The models collectors act with, by name: ``policy``, and with
+        ``algo.normalize_obs`` the ``obs_norm`` it reads observations through.
+        Collectors build them to receive the weights; trainers, to train them."""
+        models: dict[str, nn.Module] = {"policy": cls.make_policy(cfg, spec)}
+        if cfg.normalize_obs:
+            models["obs_norm"] = ObsNormalizer(spec.obs_shape, cfg.obs_clip)
+        return models
+
+    @staticmethod
+    def acting_policy(models: Mapping[str, nn.Module]) -> Policy:
+        """What steps the envs, from ``make_models``' models: the policy, behind the normaliser if there is one."""
+        policy = cast(Policy, models["policy"])  # make_policy's
+        return NormalizedPolicy(policy, cast(ObsNormalizer, models["obs_norm"])) if "obs_norm" in models else policy
+
     def published_models(self) -> dict[str, nn.Module]:
-        """The models whose weights travel to collectors, by name."""
-        return {"policy": self.policy}
+        """The models whose weights travel to collectors, by name (``make_models``')."""
+        return dict(self.models)
+
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` as the networks see them: normalised with the current statistics, if the algorithm normalises."""
+        return obs if self.obs_norm is None else self.obs_norm(obs)
 
     @abc.abstractmethod
     def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
@@ -194,9 +238,16 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         """Everything with a ``state_dict`` that a checkpoint must hold: models
         (unwrapped from DDP) and optimisers, by name."""
 
+    def stateful(self) -> dict[str, Stateful]:
+        """``checkpointed``'s, and the observation normaliser's statistics when there is one."""
+        return {**self.checkpointed(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
+
     def state_dict(self) -> dict:
-        return {name: obj.state_dict() for name, obj in self.checkpointed().items()}
+        """Every ``stateful`` object's state; a module's as a copy: the published models share one packed
+        buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
+        return {name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
+                for name, obj in self.stateful().items()}
 
     def load_state_dict(self, state: dict) -> None:
-        for name, obj in self.checkpointed().items():
+        for name, obj in self.stateful().items():
             obj.load_state_dict(state[name])

@@ -115,7 +115,7 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         loss, q = self.td_loss(batch)
-        step(self.optimizer, loss)
+        step(self.optimizer, loss, self.ddp_group)
         if self.gradient_steps % self.cfg.target_network_frequency == 0:
             soft_update(self.target, self.policy, self.cfg.tau)
         return {"train/td_loss": loss.detach(), "train/q_values": q.detach().mean()}

@@ -1,7 +1,18 @@
 """The skeleton every off-policy algorithm shares: store collectors' frames as
 transitions in a replay buffer, then take ``update_to_data`` gradient steps
 per stored frame once ``learning_starts`` frames are in. Before that,
-collectors act at random (the ``random`` header value).
+collectors act at random (the ``random`` header value). With
+``algo.normalize_obs`` the buffer keeps raw observations; the statistics
+grow with every stored frame and each sampled batch is normalised with the
+current ones (off by default, as in CleanRL's SAC and TD3).
+
+With T trainers (``topology.trainers``) each keeps its own collectors' frames
+in its own replay of ``buffer_size / T`` transitions and samples
+``batch_size / T`` of them per step; the gradients (and the observation
+statistics) are averaged over the trainers, so a step is one step on
+``batch_size`` transitions, as with one trainer. Every trainer takes one batch
+of the same size per update, so each counts the update's frames as T times
+its own, and all take the same number of gradient steps.
 """
 
 from __future__ import annotations
@@ -11,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
@@ -22,10 +34,10 @@ from harness.collect.envs import EnvSpec
 class OffPolicyConfig(AlgoConfig):
     """Fields every off-policy algorithm has."""
 
-    buffer_size: int = 1_000_000  # replay capacity in transitions (memory is allocated at start)
-    batch_size: int = 256  # transitions per gradient step
+    buffer_size: int = 1_000_000  # replay capacity in transitions, over all trainers (memory is allocated at start)
+    batch_size: int = 256  # transitions per gradient step, over all trainers (a multiple of topology.trainers)
     learning_starts: int = 5_000  # frames of random actions before the first update
-    update_to_data: float = 1.0  # gradient steps per collected frame, whatever the number of collectors
+    update_to_data: float = 1.0  # gradient steps per collected frame, whatever the number of collectors and trainers
     gamma: float = 0.99  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
 
@@ -37,12 +49,14 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
     """An algorithm that learns from a replay of collectors' frames, ``learn`` per gradient step."""
 
     needs_next_obs = True
+    data_parallel_trainers = True  # each trainer its own replay; ``step(..., self.ddp_group)`` averages gradients
     header_values: ClassVar[tuple[str, ...]] = ("random",)  # 1 while collectors should act at random
 
     def __init__(self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
+        self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)  # each holds 1/T of the replay
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
@@ -57,18 +71,28 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         for batch in batches:
             data = self.transitions(batch)
             if self.buffer is None:
-                self.buffer = ReplayBuffer(self.cfg.buffer_size, data[0], self.cfg.memmap_dir or None)
-            self.buffer.extend(data)
-            frames += data.shape[0]
+                self.buffer = ReplayBuffer(-(-self.cfg.buffer_size // self.trainers), data[0], self.cfg.memmap_dir or None)
+            self.buffer.extend(data)  # raw observations: each sample is normalised with the statistics of its step
+            if self.obs_norm is not None:  # every trainer's frames: one batch each per update, so the collective matches
+                self.obs_norm.update(data["obs"], self.ddp_group)
+            new = data.shape[0] * self.trainers  # every trainer got as many frames: the same count, hence the same steps
+            frames += new
             if frames > self.cfg.learning_starts:
-                self.owed += self.cfg.update_to_data * data.shape[0]
+                self.owed += self.cfg.update_to_data * new
         assert self.buffer is not None  # made from the first batch; every update but offline ones' has one
         metrics: dict[str, torch.Tensor] = {}
         while self.owed >= 1:
             self.owed -= 1
             self.gradient_steps += 1
-            metrics = self.learn(self.buffer.sample(self.cfg.batch_size).to(self.device, non_blocking=True))
-        return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size}
+            sample = self.buffer.sample(self.cfg.batch_size // self.trainers)
+            metrics = self.learn(self.normalized_batch(sample.to(self.device, non_blocking=True)))
+        return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size * self.trainers}
+
+    def normalized_batch(self, batch: TensorDict) -> TensorDict:
+        """``batch`` with ``obs`` and ``next_obs`` as the networks see them (``normalized``)."""
+        if self.obs_norm is None:
+            return batch
+        return batch.set("obs", self.obs_norm(batch["obs"])).set("next_obs", self.obs_norm(batch["next_obs"]))
 
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""

@@ -1,10 +1,20 @@
-"""Proximal Policy Optimisation, as CleanRL's ``ppo.py`` does it.
+"""Proximal Policy Optimisation, as CleanRL's ``ppo.py`` and ``ppo_continuous_action.py`` do it.
 
 Clipped surrogate objective, clipped value loss, entropy bonus, GAE,
 per-minibatch advantage normalisation, linear learning-rate annealing and
-global gradient-norm clipping. Collectors run the actor and record each
-action's log-probability; the trainer evaluates the critic on the whole round,
-so only the actor's weights travel.
+global gradient-norm clipping; for continuous actions a Gaussian with a
+state-independent log-std and, as the MuJoCo presets set, observation
+normalisation (``algo.normalize_obs``) and reward scaling
+(``algo.normalize_reward``; :mod:`harness.algos.normalize`). Collectors run
+the actor and record each action's log-probability; the trainer evaluates the
+critic on the whole round, so only the actor's weights (and the observation
+statistics) travel.
+
+With normalisation a round is learnt from with the observation statistics
+the collectors acted with (the current version's; batches hold raw
+observations), so the first minibatch's probability ratio is exactly 1 as
+in CleanRL; the round's observations then update the statistics, which
+travel with the next version.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from torch.distributions import Categorical, Normal
 from harness.algos.base import AlgoConfig, Algorithm, Policy, Stateful
 from harness.algos.gae import gae
 from harness.algos.nets import mlp
+from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.collect.envs import EnvSpec
 
@@ -43,6 +54,10 @@ class PPOConfig(AlgoConfig):
     max_grad_norm: float = 0.5  # global gradient-norm clip
     target_kl: Optional[float] = None  # stop the epochs early past this approximate KL
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
+    # Divide rewards by a running std of the discounted return, per env (gymnasium's NormalizeReward, as CleanRL's
+    # ppo_continuous_action.py); sync mode only: it follows each env's rewards in order.
+    normalize_reward: bool = False
+    reward_clip: float = 10.0  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
 
 
 class PPOPolicy(Policy):
@@ -129,13 +144,15 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
+        self.reward_scaler = RewardScaler(cfg.gamma, cfg.reward_clip).to(self.device) if cfg.normalize_reward else None
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
         return PPOPolicy(spec, cfg.hidden_sizes)
 
     def checkpointed(self) -> dict[str, Stateful]:
-        return {"loss": self.loss, "optimizer": self.optimizer}  # the loss module holds actor and critic
+        scaler = {"reward_scaler": self.reward_scaler} if self.reward_scaler is not None else {}
+        return {"loss": self.loss, "optimizer": self.optimizer, **scaler}  # the loss module holds actor and critic
 
     def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
@@ -146,12 +163,16 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         # A TensorDict: torch.cat dispatches to tensordict's (torch's stub says Tensor).
         rollout = cast(TensorDict, torch.cat([b["rollout"] for b in batches], dim=1)).to(self.device)  # [T, N]
         next_obs = torch.cat([b["next_obs"] for b in batches], dim=0).to(self.device)  # [N, ...]
+        obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
+        reward = rollout["reward"]
+        if self.reward_scaler is not None:
+            reward = self.reward_scaler.scale(reward, rollout["terminated"], self.ddp_group)
         with torch.no_grad():
-            values = self.loss.value(rollout["obs"])
-            advantages = gae(rollout["reward"], values, rollout["done"], self.loss.value(next_obs), cfg.gamma, cfg.gae_lambda)
+            values = self.loss.value(obs)
+            advantages = gae(reward, values, rollout["done"], self.loss.value(self.normalized(next_obs)), cfg.gamma, cfg.gae_lambda)
         returns = advantages + values
 
-        flat = rollout.select("obs", "action", "logprob").reshape(-1)
+        flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)
         flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set("value", values.reshape(-1))
         lr = cfg.lr * (1.0 - frames / self.total_frames) if cfg.anneal_lr else cfg.lr
         for group in self.optimizer.param_groups:
@@ -172,6 +193,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             if cfg.target_kl is not None and history[-1]["approx_kl"] > cfg.target_kl:
                 break  # every trainer sees the same averaged-gradient model, so all stop together
 
+        if self.obs_norm is not None:  # the next version's statistics: every trainer's frames of this round
+            self.obs_norm.update(rollout["obs"], self.ddp_group)
+
         last = history[-1]  # tensors: read once per log row, not once per update
         var_returns = returns.var()
         explained_var = torch.where(var_returns == 0, float("nan"), 1 - (returns - values).var() / var_returns)
@@ -183,4 +207,5 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean(),
             "train/explained_variance": explained_var,
             "train/lr": lr,
+            **({"train/return_std": self.reward_scaler.return_stats.var.sqrt()} if self.reward_scaler is not None else {}),
         }

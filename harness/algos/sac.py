@@ -118,7 +118,7 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         q_loss, q = self.critic_loss(batch)
-        step(self.q_optimizer, q_loss)
+        step(self.q_optimizer, q_loss, self.ddp_group)
         metrics = critic_metrics(q, q_loss)
 
         if self.gradient_steps % cfg.policy_frequency == 0:  # delayed, then as many steps as were skipped
@@ -126,11 +126,11 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
                 action, log_prob, _ = self.policy.sample(batch["obs"])
                 q_pi = self.critics(batch["obs"], action, frozen=True).min(0).values  # no gradient for the critics
                 actor_loss = (self.alpha * log_prob - q_pi).mean()
-                step(self.actor_optimizer, actor_loss)
+                step(self.actor_optimizer, actor_loss, self.ddp_group)
                 if cfg.autotune:
                     with torch.no_grad():
                         _, log_prob, _ = self.policy.sample(batch["obs"])
-                    step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean())
+                    step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean(), self.ddp_group)
             metrics.update({"train/actor_loss": actor_loss.detach(), "train/alpha": torch.as_tensor(self.alpha),
                             "train/entropy": -log_prob.detach().mean()})
         self.critics.update_targets(cfg.tau)

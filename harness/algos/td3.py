@@ -98,12 +98,12 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         q_loss, q = self.critic_loss(batch)
-        step(self.q_optimizer, q_loss)
+        step(self.q_optimizer, q_loss, self.ddp_group)
         metrics = critic_metrics(q, q_loss)
         if self.gradient_steps % self.cfg.policy_frequency == 0:  # delayed actor and target updates
             # Q_1 only; the gradient reaches the actor, not the critic.
             actor_loss = -self.critics(batch["obs"], self.policy.deterministic(batch["obs"]), members=1, frozen=True).mean()
-            step(self.actor_optimizer, actor_loss)
+            step(self.actor_optimizer, actor_loss, self.ddp_group)
             soft_update(self.policy_target, self.policy, self.cfg.tau)
             self.critics.update_targets(self.cfg.tau)
             metrics["train/actor_loss"] = actor_loss.detach()

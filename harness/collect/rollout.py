@@ -2,7 +2,8 @@
 
 A batch is one message of the data channel:
 
-- ``rollout`` ``[T, N]``: ``obs``, the policy's outputs (``action``, ...),
+- ``rollout`` ``[T, N]``: ``obs`` (as the env returned it, also when the
+  algorithm normalises observations: the trainer does that), the policy's outputs (``action``, ...),
   ``reward``, ``terminated``, ``truncated``, ``done`` and the
   ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;

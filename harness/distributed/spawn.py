@@ -15,6 +15,11 @@ import socket
 import time
 import traceback
 
+STARTED = "started"
+# Spawning a rank imports torch and the test module before the target runs:
+# seconds on a quiet machine, minutes on a loaded one. That is not a hang.
+START_TIMEOUT_S = 600.0
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -28,6 +33,7 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(local.index(rank)), LOCAL_WORLD_SIZE=str(len(local)), GROUP_RANK=str(node),
                       OMP_NUM_THREADS="1")
+    queue.put((rank, STARTED, None))  # imports done: from here on ``timeout`` counts
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
     except BaseException as e:  # report every failure to the parent, typed by name
@@ -37,10 +43,11 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
 def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
     """Run ``target(rank, world_size, *args)`` in one spawned process per rank
     (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
-    status is ``"ok"`` or the exception's class name. Ranks that hang past
-    ``timeout`` are killed and reported as ``"hung"``. ``nodes[rank]`` is the
-    node rank a rank reports (torchrun's GROUP_RANK), to simulate several nodes
-    (list a node's ranks contiguously, as torchrun numbers them)."""
+    status is ``"ok"`` or the exception's class name. A rank whose target runs
+    past ``timeout`` (counted from when it started, after its imports) is
+    killed and reported as ``"hung"``. ``nodes[rank]`` is the node rank a rank
+    reports (torchrun's GROUP_RANK), to simulate several nodes (list a node's
+    ranks contiguously, as torchrun numbers them)."""
     ctx = mp.get_context("spawn")
     queue, port = ctx.Queue(), free_port()
     ranks = list(range(world_size)) if ranks is None else ranks
@@ -49,14 +56,19 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
     for p in procs.values():
         p.start()
     results: dict[int, tuple[str, object]] = {}
-    deadline = time.monotonic() + timeout
-    while len(results) < len(ranks) and time.monotonic() < deadline:
+    spawned = time.monotonic()
+    deadlines = {r: spawned + START_TIMEOUT_S for r in ranks}
+    while len(results) < len(ranks) and time.monotonic() < max(deadlines[r] for r in ranks if r not in results):
         try:
             rank, status, value = queue.get(timeout=0.5)
-            results[rank] = (status, value)
         except queue_mod.Empty:
             if all(not p.is_alive() for p in procs.values()) and queue.empty():
                 break
+            continue
+        if status == STARTED:
+            deadlines[rank] = time.monotonic() + timeout
+        else:
+            results[rank] = (status, value)
     for r, p in procs.items():
         p.join(timeout=5)
         if p.is_alive():
@@ -64,5 +76,3 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
             p.join()
         results.setdefault(r, ("hung", None) if p.exitcode in (None, -9) else ("died", p.exitcode))
     return results
-
-

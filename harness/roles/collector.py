@@ -20,7 +20,8 @@ from harness.sync import WeightSubscriber, make_subscriber
 
 
 def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> RolloutCollector:
-    """Envs and a policy whose weights are bound to ``subscriber``'s buffer.
+    """Envs and a policy whose weights (with ``algo.normalize_obs``, also the
+    observation statistics) are bound to ``subscriber``'s buffer.
 
     Rank ``r``'s envs take seeds ``seed + r * num_envs`` onwards, so no two
     envs of a job share a seed and the same seed reproduces the same run.
@@ -28,10 +29,10 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     torch.manual_seed(cfg.seed + rank)
     envs = make_vec_env(cfg.env.id, cfg.collector.num_envs, cfg.env.max_episode_steps, cfg.collector.max_env_restarts)
     algo = ALGOS[cfg.algo.name]
-    policy = algo.make_policy(cfg.algo, spec_of(envs))
-    subscriber.connect({"policy": policy}, algo.header_values)
+    models = algo.make_models(cfg.algo, spec_of(envs))
+    subscriber.connect(models, algo.header_values)
     seed = cfg.seed + rank * cfg.collector.num_envs
-    return RolloutCollector(envs, policy, cfg.collector.frames_per_batch, seed, algo.needs_next_obs)
+    return RolloutCollector(envs, algo.acting_policy(models), cfg.collector.frames_per_batch, seed, algo.needs_next_obs)
 
 
 def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutCollector) -> Optional[PeriodicEvaluation]:

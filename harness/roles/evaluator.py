@@ -34,8 +34,9 @@ def eval_message() -> TensorDict:
 def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Evaluation:
     """``eval.episodes`` envs and a policy that ``subscriber`` keeps current."""
     algo = ALGOS[cfg.algo.name]
-    policy = algo.make_policy(cfg.algo, env_spec(cfg.env.id, cfg.env.max_episode_steps))
-    subscriber.connect({"policy": policy}, algo.header_values)
+    models = algo.make_models(cfg.algo, env_spec(cfg.env.id, cfg.env.max_episode_steps))
+    subscriber.connect(models, algo.header_values)
+    policy = algo.acting_policy(models)
     evaluator = max(rank - cfg.topology.trainers, 0)  # 0: the first collector, or a single process
     seed = eval_seed(cfg.seed, evaluator, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every) if evaluator == 0 else None

@@ -2,6 +2,8 @@
 
 Each takes a :class:`~harness.roles.trainer.Trainer` and runs until it is
 ``stopping`` (budget spent or preempted); the trainer then publishes the stop.
+Every update goes ``ready`` (its input in hand; several trainers meet here),
+``update``, ``learned``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
     import torch
+    from tensordict import TensorDict
 
+    from harness.roles.sources import BatchSource
     from harness.roles.trainer import Trainer
 
 
@@ -30,30 +34,46 @@ def sync_rounds(trainer: Trainer) -> None:
             sync_ms = trainer.publish()
         for batch in batches:
             trainer.stats.add(batch, progress.version)
+        trainer.ready(batches)
         metrics = trainer.algo.update(batches, progress.frames)
         progress.version += 1
-        trainer.learned(batches, frames_per_round)
+        trainer.learned(frames_per_round)
         if not cfg.pipeline and not trainer.stopping:
             sync_ms = trainer.publish()
         trainer.log(metrics, sync_ms)
 
 
+def fresh_batch(trainer: Trainer, source: BatchSource) -> TensorDict:
+    """The next batch from this trainer's collectors with no frame more than
+    ``collector.max_policy_lag`` versions old; older ones are dropped (and
+    counted). With several trainers the version stands still while one waits
+    here (the others wait for it in ``ready``), so a collector's next batch
+    is fresh and no trainer waits long."""
+    progress, max_lag = trainer.progress, trainer.cfg.collector.max_policy_lag
+    while True:
+        batch = source.receive_any()
+        if progress.version - int(batch["rollout", "policy_version"].min()) <= max_lag:
+            trainer.stats.add(batch, progress.version)
+            return batch
+        trainer.stats.add(batch, progress.version, dropped=True)
+
+
 def async_stream(trainer: Trainer) -> None:
     """Streaming: learn from each batch as it comes, publish every
     ``sync.publish_every_updates`` updates, drop batches with frames more
-    than ``collector.max_policy_lag`` versions old."""
-    progress, max_lag, source = trainer.progress, trainer.cfg.collector.max_policy_lag, trainer.connected.batches
+    than ``collector.max_policy_lag`` versions old. With T trainers an update
+    is one fresh batch on each: T times its frames, the same gradient steps
+    on every trainer, and the same version count, which only trainer 0
+    publishes."""
+    progress, source = trainer.progress, trainer.connected.batches
     assert source is not None
     sync_ms = 0.0
     metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
-        batch = source.receive_any()
-        if progress.version - int(batch["rollout", "policy_version"].min()) > max_lag:
-            trainer.stats.add(batch, progress.version, dropped=True)
-            continue
-        trainer.stats.add(batch, progress.version)
+        batch = fresh_batch(trainer, source)
+        trainer.ready([batch])
         metrics = trainer.algo.update([batch], progress.frames)
-        trainer.learned([batch], batch["rollout"].numel())
+        trainer.learned(batch["rollout"].numel() * trainer.layout.trainers)
         if progress.updates % trainer.cfg.sync.publish_every_updates == 0 and not trainer.stopping:
             progress.version += 1
             sync_ms = trainer.publish()
@@ -69,8 +89,9 @@ def offline_steps(trainer: Trainer) -> None:
     sync_ms = 0.0
     metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
+        trainer.ready([])
         metrics = trainer.algo.update([], progress.frames)
-        trainer.learned([], 0)
+        trainer.learned(0)
         if progress.updates % trainer.cfg.sync.publish_every_updates == 0 or trainer.stopping:
             progress.version += 1
             sync_ms = trainer.publish()

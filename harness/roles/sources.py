@@ -14,11 +14,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Protocol, cast
+from typing import Optional, Protocol
 
 from tensordict import TensorDict
 
-from harness.algos import Algorithm, Policy
+from harness.algos import Algorithm
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation
 from harness.collect.rollout import RolloutCollector, batch_template
 from harness.config import Config
@@ -202,8 +202,8 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         template = eval_message()
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        policy = cast(Policy, models["policy"])  # the "policy" model is the algorithm's Policy
-        template = batch_template(policy, algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs)
+        template = batch_template(algo.acting_policy(models), algo.spec.obs_shape, steps, cfg.collector.num_envs,
+                                  algo.needs_next_obs)
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 import torch.distributed as dist
+from tensordict import TensorDict
 
 from harness.algos import Algorithm
 
@@ -25,7 +26,8 @@ class TrainerState:
     buffer), the run's progress, and every trainer's RNG state.
 
     ``state_dict`` is a collective when several trainers learn together
-    (``ddp_group``): each contributes its RNG state, which it gets back on resume.
+    (``ddp_group``): each contributes its RNG state and, with ``keep_replay``,
+    its own replay buffer (a list, one per trainer), which it gets back on resume.
     """
 
     def __init__(self, algo: Algorithm, progress: Progress, rank: int, ddp_group: Optional[dist.ProcessGroup], keep_replay: bool):
@@ -39,13 +41,29 @@ class TrainerState:
             dist.all_gather(rng, torch.get_rng_state(), group=self.ddp_group)
         state: dict[str, Any] = {"algo": self.algo.state_dict(), "progress": asdict(self.progress), "rng": rng}
         if self.keep_replay and hasattr(self.algo, "replay_state"):
-            state["replay"] = self.algo.replay_state()
+            state["replay"] = self.gathered(self.algo.replay_state())
         return state
+
+    def gathered(self, replay: Optional[dict]) -> Optional[dict | list[dict]]:
+        """``replay`` (this trainer's buffer) with one trainer; with several,
+        every trainer's, on trainer 0. Each trainer stored one batch of the
+        same size per update, so every buffer has the same size and layout."""
+        if self.ddp_group is None or replay is None:  # None: no batch yet, on any trainer
+            return replay
+        parts = [TensorDict() for _ in range(dist.get_world_size(self.ddp_group))]
+        for key, leaf in TensorDict(replay["storage"]).items(include_nested=True, leaves_only=True):
+            tensor = cast(torch.Tensor, leaf)  # a replay's leaves are tensors
+            pieces = [torch.empty_like(tensor) for _ in parts] if self.rank == 0 else None
+            dist.gather(tensor, pieces, dst=0, group=self.ddp_group)
+            for part, piece in zip(parts, pieces or []):
+                part[key] = piece
+        return [{**replay, "storage": part.to_dict()} for part in parts]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.algo.load_state_dict(state["algo"])
-        if state.get("replay") is not None and hasattr(self.algo, "load_replay_state"):
-            self.algo.load_replay_state(state["replay"])
+        replay = state.get("replay")
+        if replay is not None and hasattr(self.algo, "load_replay_state"):
+            self.algo.load_replay_state(replay[self.rank] if isinstance(replay, list) else replay)
         for name, value in state["progress"].items():
             setattr(self.progress, name, value)
         rng = state["rng"]

@@ -1,9 +1,11 @@
 """A trainer rank: learn, publish weights, checkpoint, log.
 
-Trainer 0 publishes and logs; with several trainers (sync mode) each learns
-from its own collectors and DDP averages their gradients. What drives a
-trainer is one of three small loops (:mod:`harness.roles.loops`): sync rounds,
-async streaming, or offline gradient steps. This class holds what they share.
+Trainer 0 publishes and logs; with several trainers each learns from its own
+collectors and their gradients are averaged, so all hold the same weights.
+They keep in step: each update they meet (:meth:`Trainer.ready`) with their
+batches in hand, and all take the same gradient steps. What drives a trainer
+is one of three small loops (:mod:`harness.roles.loops`): sync rounds, async
+streaming, or offline gradient steps. This class holds what they share.
 
 A run's clock is its *step*: env frames learned from, or, offline, gradient
 steps. Its budget, log rows and checkpoints are counted in steps.
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, cast
 
 import torch
-import torch.distributed as dist
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
@@ -30,6 +31,7 @@ from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.distributed.trainers import any_of, meet
 from harness.metrics.logger import MetricsLogger
 from harness.metrics.stats import EvalStats, RolloutStats
 from harness.roles import loops
@@ -50,6 +52,8 @@ class Trainer:
         device = "cpu" if cfg.trainer.device == "auto" else cfg.trainer.device
         self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(cfg.algo, spec, cfg.collector.total_frames, self.ddp_group,
                                                                    device=device)
+        if layout.rank > 0:  # built alike above; from here each trainer draws its own samples and noise
+            torch.manual_seed(cfg.seed + layout.rank)
         self.offline = self.algo.offline
         self.unit = "gradient_steps" if self.offline else "frames"
         self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
@@ -80,6 +84,7 @@ class Trainer:
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.step // every + 1) * every if every else None
         self.preempted = False
+        self.asked = False  # this update: a trainer was asked to stop (signal, or a collector's preempt flag)
         self.last_row: dict[str, float] = {}
 
     @property
@@ -105,9 +110,15 @@ class Trainer:
             log.info("resumed from %s: %s %d, version %d", path, self.unit, self.step, self.progress.version)
         return path
 
+    def meet(self, where: str) -> None:
+        """With several trainers: until all are here (a late one is named)."""
+        if self.ddp_group is not None:
+            meet(self.ddp_group, self.cfg.dist_timeout_s, where)
+
     def save_checkpoint(self) -> Optional[Path]:
         """Trainer 0 writes; with several trainers, all take part (RNG states)."""
         self.saved_at = self.step
+        self.meet(f"to checkpoint at {self.unit} {self.step}")
         state = self.state.state_dict()
         if self.layout.rank != 0:
             return None
@@ -118,25 +129,32 @@ class Trainer:
         log.info("checkpoint: %s", path)
         return path
 
-    def learned(self, batches: list[TensorDict], frames: int) -> None:
-        """Count an update on ``frames`` new frames; then the safe point between
-        updates: checkpoint when due or when asked to stop."""
+    def ready(self, batches: list[TensorDict]) -> None:
+        """This update's input is in hand. With several trainers: wait for the
+        others (a trainer whose collectors are late is named after
+        ``dist_timeout_s``) before the update's gradient all-reduces, and agree
+        whether any was asked to stop, so that all checkpoint and stop after
+        the same update."""
+        asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
+        if self.ddp_group is not None:
+            asked = any_of(asked, self.ddp_group, self.cfg.dist_timeout_s, f"for update {self.progress.updates + 1}")
+        self.asked = asked
+
+    def learned(self, frames: int) -> None:
+        """Count an update on ``frames`` new frames (of every trainer); then
+        the safe point between updates: checkpoint when due or when asked to
+        stop (:meth:`ready` found out)."""
         self.progress.frames += frames
         self.progress.updates += 1
         if self.logger is not None:
             self.logger.tick(self.step)
-        asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
-        if self.ddp_group is not None:  # every trainer must agree to checkpoint together
-            flag = torch.tensor([float(asked)])
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ddp_group)
-            asked = bool(flag)
         due = self.next_checkpoint is not None and self.step >= self.next_checkpoint
-        if asked or due:
+        if self.asked or due:
             self.save_checkpoint()
             if due:
                 every = self.cfg.checkpoint.every_frames
                 self.next_checkpoint = (self.step // every + 1) * every
-        if asked and not self.done:
+        if self.asked and not self.done:
             self.preempted = True
             if self.layout.rank == 0:
                 why = "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
@@ -158,6 +176,7 @@ class Trainer:
         algorithm's metrics are read here, once per row, not once per update."""
         if not (self.step >= self.next_log or self.stopping):
             return
+        self.meet(f"to log at {self.unit} {self.step}")
         stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
         evals, self.eval_stats = self.eval_stats, EvalStats()
         row = evals.row(self.normalize) if self.offline else stats.row()
