@@ -11,7 +11,7 @@ import pytest
 from helpers import launch_env, rows, run_harness
 
 from harness.distributed import netns
-from harness.sync.shared_memory import PREFIX
+from harness.sync.shm_files import PREFIX
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,8 @@ from harness.distributed.topology import Layout
 from harness.sync import Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import Payload
-from harness.sync.shared_memory import PREFIX, Segment, remove_stale_segments
+from harness.sync.shared_memory import Segment
+from harness.sync.shm_files import PREFIX, remove_stale_segments
 
 ONE_NODE = [0, 0, 0]
 TWO_NODES = [0, 0, 0, 1, 1]  # rank 3 leads node 1, rank 4 reads its segment
@@ -305,6 +306,19 @@ def test_futex_sleeps_until_the_word_changes_or_a_wake():
         futex.wake(address)
         sleeper.join(0.01)
     assert woken == [0]
+
+
+@pytest.mark.unit
+def test_a_segment_larger_than_dev_shm_is_refused_naming_the_fix():
+    """Not a SIGBUS at the first write past the end of /dev/shm (Docker gives
+    64 MB): 33 slots of a 10M-parameter model take 1.3 GB."""
+    shm = os.statvfs("/dev/shm")
+    if not shm.f_blocks:
+        pytest.skip("/dev/shm has no size limit here")
+    before = harness_segments()
+    with pytest.raises(SyncError, match=r"larger /dev/shm \(docker run --shm-size"):
+        Segment.create(shm.f_blocks * shm.f_frsize, 2, 0)  # twice its size: refused before a byte is taken
+    assert harness_segments() == before
 
 
 def shm_across_nodes(rank, world):

@@ -24,15 +24,11 @@ reader casts the slot into its own buffer instead.) Locks are kernel objects:
 taking one orders memory like any system call, and a dead process's locks are
 released with it, so a killed reader never pins a slot.
 
-Segments are named ``harness-<uid>-p<pid namespace>-<creator pid>-<token>-n<node>``,
+Segments (:mod:`harness.sync.shm_files`: names, memory, clean-up) are
 created with mode 0600 (private to the user) and unlinked by the creator at
 exit; if the creator was SIGKILLed, Python's resource tracker, a surviving
 reader, or the next run's creator (which removes segments whose creator is
-dead) does it. The creator's pid and a random token make a name unique among
-all the nodes that share a ``/dev/shm`` (simulated nodes on one kernel,
-containers started with ``--ipc=host``); the pid namespace in the prefix keeps
-the clean-up to segments whose creator it can see: a pid from another
-namespace says nothing about whether that creator is alive.
+dead) does it.
 """
 
 from __future__ import annotations
@@ -42,11 +38,9 @@ import errno
 import fcntl
 import mmap
 import os
-import secrets
 import struct
 import time
 from multiprocessing import resource_tracker, shared_memory
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -55,42 +49,12 @@ from tensordict import TensorDictBase
 from harness.sync import futex
 from harness.sync.contract import Header, PayloadFactory, SyncError
 from harness.sync.payload import Payload
+from harness.sync.shm_files import alive, new_name, remove_stale_segments, reserve
 
 LATEST, PID, SLOTS, BELL, VERSION = 0, 1, 2, 3, 4  # control words
 CONTROL = VERSION  # control words before the per-slot versions
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
-    except OSError:
-        return "0"
-
-
-PREFIX = f"harness-{os.getuid()}-p{_pid_namespace()}-"
 MAX_RETRIES = 1000
 DEAD_WRITER_CHECK_S = 0.1  # a waiting reader notices a dead writer this soon
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
-    """Unlink this user's harness segments whose creator process is dead."""
-    removed = []
-    for path in shm_dir.glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
 
 
 def _ofd_lock(fd: int, slot: int, kind: int) -> bool:
@@ -133,10 +97,17 @@ class Segment:
     @classmethod
     def create(cls, slot_bytes: int, slots: int, node: int) -> "Segment":
         remove_stale_segments()
-        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-n{node}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes, slots))  # mode 0600
+        name, size = new_name(node), cls.size_for(slot_bytes, slots)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)  # mode 0600
         assert shm.buf is not None  # None only once closed
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            reserve(fd, name, size, slots)
+        except SyncError:
+            os.close(fd)
+            shm.close()
+            shm.unlink()
+            raise
         segment = cls(name, shm.buf, fd, slot_bytes, slots, owner=True, closer=shm.close)
         segment.control[:] = -1  # no latest slot, every slot's version -1
         segment.control[PID], segment.control[SLOTS], segment.control[BELL] = os.getpid(), slots, 0
@@ -171,7 +142,7 @@ class Segment:
             self._closer()
         except BufferError:
             pass  # a policy still views a slot; the mapping goes with the process
-        if self.owner or not _alive(creator):  # a surviving reader cleans up after a dead writer
+        if self.owner or not alive(creator):  # a surviving reader cleans up after a dead writer
             try:
                 _posixshmem.shm_unlink("/" + self.name)
             except FileNotFoundError:
@@ -279,7 +250,7 @@ class ShmSource:
             left = start + timeout_s - time.monotonic()
             if left <= 0:
                 raise SyncError(f"nothing new in shared-memory segment {self.segment.name} for {timeout_s:g} s")
-            if not _alive(writer):  # a dead writer never writes again: fail now, not at the timeout
+            if not alive(writer):  # a dead writer never writes again: fail now, not at the timeout
                 raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
             # Sleep until the writer rings, waking every 0.1 s to check that it is alive.
             futex.wait(self.segment.bell, rung, min(left, DEAD_WRITER_CHECK_S), self.poll_interval_s)
