@@ -44,8 +44,8 @@ def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
 def run_harness(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None,
                 module: str = "harness.train") -> subprocess.CompletedProcess:
     """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
-    if nproc == 1 and module == "harness.train":
-        args = [*ONE_THREAD, *args]
+    if nproc == 1 and module == "harness.train" and not any(a.startswith("trainer.threads=") for a in args):
+        args = [*args, *ONE_THREAD]  # last: flags such as Hydra's -m come first
     return subprocess.run([*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env),
                           capture_output=True, text=True, timeout=timeout)
 
