@@ -1,6 +1,6 @@
 """The job grown: start-up, weight sync and batch intake with 2 to 32 collectors.
 
-    python benchmarks/scale.py --json bench-scale.json          # every size and scheme (half an hour on 2 cores)
+    python benchmarks/scale.py --json bench-scale.json          # every size and scheme (rows written after each case)
     python benchmarks/scale.py --quick --json /tmp/scale.json   # 2 collectors, the smoke run
 
 Each case is one real launch: ``torchrun`` with 1 trainer + N collectors on
@@ -21,6 +21,9 @@ the weights have a size worth moving. Per case:
   sends first and does nothing with them (a trivial update), as async mode's
   loop does; collectors poll for weights before every step, as they do there.
   The median of 1-second windows over ``--intake-s`` seconds;
+- ``channel_frames_per_s`` (and ``channel_mb_per_s``): the same, but the
+  collectors send the same batch again and again without stepping envs: what
+  the data channel itself carries into one trainer;
 - ``sync_ms_median`` (and ``sync_ms_p90``): publish to the last collector
   applying it. Collectors idle; before each publish a barrier, so nothing queues.
 
@@ -102,23 +105,35 @@ def trainer(cfg, layout, groups, models, opts) -> dict:
     publisher.publish(Header(0, values={"t0": time.monotonic(), "phase": 0}))
     receiver.receive_any()
     first_batch_ns = time.monotonic_ns()
-    windows: list[float] = []
     start = time.monotonic()
     while time.monotonic() < start + opts["warmup_s"]:
         receiver.receive_any()
-    for _ in range(opts["intake_s"]):  # 1-second windows of a trivial update: take the batch, nothing else
+    intake = windows(receiver, opts["intake_s"])  # a trivial update: take the batch, nothing else
+    publisher.publish(Header(1, values={"t0": time.monotonic(), "phase": 1}))  # collectors stop stepping envs
+    channel = windows(receiver, opts["intake_s"], skip_s=0.5)
+    publisher.publish(Header(2, values={"t0": time.monotonic(), "phase": 2}))  # no more batches
+    receiver.drain()
+    for version in range(3, 3 + opts["samples"]):  # publish-to-applied: collectors idle, nothing queues
+        dist.barrier()
+        last = version == 2 + opts["samples"]
+        publisher.publish(Header(version, stop=last, values={"t0": time.monotonic(), "phase": 3}))
+    publisher.close()
+    return {"first_batch_ns": first_batch_ns, "intake": intake, "channel": channel, "payload_bytes": publisher.payload_bytes,
+            "batch_bytes": receiver.any_wire.numel(), "frames_per_batch": cfg.collector.frames_per_batch}
+
+
+def windows(receiver, seconds: int, skip_s: float = 0.0) -> list[float]:
+    """Frames taken per second, in 1-second windows (after ``skip_s`` of taking without counting)."""
+    start = time.monotonic()
+    while time.monotonic() < start + skip_s:
+        receiver.receive_any()
+    rates = []
+    for _ in range(seconds):
         frames, window = 0, time.monotonic()
         while time.monotonic() < window + 1:
             frames += receiver.receive_any()["rollout"].numel()
-        windows.append(frames / (time.monotonic() - window))
-    publisher.publish(Header(1, values={"t0": time.monotonic(), "phase": 1}))  # intake over
-    receiver.drain()
-    for version in range(2, 2 + opts["samples"]):  # publish-to-applied: collectors idle, nothing queues
-        dist.barrier()
-        last = version == 1 + opts["samples"]
-        publisher.publish(Header(version, stop=last, values={"t0": time.monotonic(), "phase": 2}))
-    publisher.close()
-    return {"first_batch_ns": first_batch_ns, "intake": windows, "payload_bytes": publisher.payload_bytes}
+        rates.append(frames / (time.monotonic() - window))
+    return rates
 
 
 def collector(cfg, layout, groups, models, opts) -> dict[int, float]:
@@ -139,9 +154,12 @@ def collector(cfg, layout, groups, models, opts) -> dict[int, float]:
         batch = rollout.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
         sender.send(batch, while_waiting=subscriber.poll)
         header = subscriber.poll() or subscriber.current_header()
+    while header.values["phase"] == 1:  # the channel alone: the same batch again, no env steps
+        sender.send(rollout.batch, while_waiting=subscriber.poll)
+        header = subscriber.poll() or subscriber.current_header()
     sender.send_last(rollout.batch)
     latencies = {}
-    for version in range(2, 2 + opts["samples"]):
+    for version in range(3, 3 + opts["samples"]):
         dist.barrier()
         header = subscriber.wait(version)
         latencies[version] = 1000 * (time.monotonic() - header.values["t0"])
@@ -175,7 +193,10 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
             "startup_s": (result["first_batch_ns"] - launched_ns) / 1e9,
             "after_imports_s": (result["first_batch_ns"] - result["imported_ns"]) / 1e9,
             "sync_ms_median": statistics.median(last), "sync_ms_p90": statistics.quantiles(last, n=10)[-1],
-            "intake_frames_per_s": statistics.median(result["intake"]), "payload_bytes": result["payload_bytes"]}
+            "intake_frames_per_s": statistics.median(result["intake"]),
+            "channel_frames_per_s": statistics.median(result["channel"]),
+            "channel_mb_per_s": statistics.median(result["channel"]) / result["frames_per_batch"] * result["batch_bytes"] / 1e6,
+            "payload_bytes": result["payload_bytes"], "batch_bytes": result["batch_bytes"]}
 
 
 def ratios(rows: list[dict]) -> list[str]:
@@ -187,7 +208,7 @@ def ratios(rows: list[dict]) -> list[str]:
     for nodes, schemes in SCHEMES.items():
         for scheme in schemes:
             for key, (a, b), target in (("startup_s", (32, 2), "<= 4"), ("after_imports_s", (32, 2), ""),
-                                        ("intake_frames_per_s", (8, 2), ">= 0.8")):
+                                        ("intake_frames_per_s", (8, 2), ">= 0.8"), ("channel_frames_per_s", (8, 2), "")):
                 x, y = get(nodes, a, scheme, key), get(nodes, b, scheme, key)
                 if x and y:
                     lines.append(f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors = {x / y:.2f} {target}")
@@ -224,17 +245,18 @@ def main() -> None:
                 pair = stack.enter_context(netns.two_nodes("b"))
             except netns.NamespaceError as e:
                 print(f"skipping 2 nodes: {e}", flush=True)
-        for nodes in [n for n in args.nodes if n == 1 or pair is not None]:
-            for n in collectors:
+        for n in collectors:  # the smaller sizes first, on both layouts: a run cut short still has its pairs
+            for nodes in [k for k in args.nodes if k == 1 or pair is not None]:
                 for scheme in [s for s in args.schemes or SCHEMES[nodes] if s in SCHEMES[nodes]]:
                     rows.append(launch(nodes, n, scheme, opts, pair))
                     r = rows[-1]
                     print(f"{nodes} node(s) {n:>3} collectors {scheme:>12}: start-up {r['startup_s']:6.1f} s "
                           f"({r['after_imports_s']:5.1f} s after imports)  sync {r['sync_ms_median']:8.2f} ms "
-                          f"(p90 {r['sync_ms_p90']:8.2f})  intake {r['intake_frames_per_s']:9,.0f} frames/s", flush=True)
+                          f"(p90 {r['sync_ms_p90']:8.2f})  intake {r['intake_frames_per_s']:9,.0f} frames/s  "
+                          f"channel {r['channel_frames_per_s']:9,.0f} frames/s", flush=True)
+                    if args.json:  # after every case
+                        Path(args.json).write_text(json.dumps(rows, indent=1))
     print("\n" + "\n".join(ratios(rows)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
