@@ -26,6 +26,7 @@ Models hold about ``params`` float32 parameters as 100 tensors (50 linear layers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -40,7 +41,7 @@ from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.packing import pack_parameters_
-from harness.sync import Header, futex, make_publisher, make_subscriber
+from harness.sync import Header, futex, make_publisher, make_subscriber, shm_files
 from harness.sync.config import SyncConfig
 
 SCHEMES = ["gloo", "shm", "hierarchical"]
@@ -101,7 +102,7 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     init_distributed(Layout.from_env(1), 60)  # barriers between samples, and the buffer's name; never in what is timed
     packed = next(pack_parameters_(make_model(params)).parameters()).untyped_storage()  # one buffer, as a trainer's
     source = torch.empty(0, dtype=torch.uint8).set_(packed)  # type: ignore[call-overload]
-    name = [f"bench-copy-ack-{torch.randint(1 << 30, ()).item()}"]
+    name = [shm_files.new_name(0)]  # the harness's own naming: its stale-segment clean-up also finds this one
     dist.broadcast_object_list(name, src=0)
     offset = -(-(3 + world) * 8 // 64) * 64
     if rank == 0:
@@ -109,10 +110,19 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     dist.barrier()
     if rank:
         region = shared_memory.SharedMemory(name=name[0])
-    assert region.buf is not None
+    try:
+        return copy_ack_samples(rank, world, region.buf, offset, source, samples)
+    finally:  # also after a failure: no segment outlives the benchmark
+        if rank == 0:
+            region.unlink()
+        with contextlib.suppress(BufferError):  # a failure's traceback may still hold views of the buffer
+            region.close()
+
+
+def copy_ack_samples(rank: int, world: int, buf, offset: int, source: torch.Tensor, samples: int) -> list[float]:
     # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber acknowledged...]
-    control = np.ndarray((3 + world,), dtype=np.int64, buffer=region.buf)
-    target = torch.frombuffer(region.buf, dtype=torch.uint8, count=source.numel(), offset=offset)
+    control = np.ndarray((3 + world,), dtype=np.int64, buffer=buf)
+    target = torch.frombuffer(buf, dtype=torch.uint8, count=source.numel(), offset=offset)
     bell, ack_bell = control.ctypes.data, control.ctypes.data + 8
     latencies = []
     dist.barrier()
@@ -136,10 +146,6 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
             control[1] += 1  # not atomic: two subscribers may add one between them, but the word changes, which is all a sleeper needs
             futex.wake(ack_bell)
     dist.barrier()
-    del control, target
-    region.close()
-    if rank == 0:
-        region.unlink()
     return latencies
 
 
