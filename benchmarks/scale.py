@@ -17,6 +17,8 @@ the weights have a size worth moving. Per case:
   processes, imports, process groups, handshakes, the first publish and
   batch); ``after_imports_s``: from the moment the last rank finished
   importing torch and the harness to that first batch: the harness's own part;
+  ``imported_s``, ``config_s``, ``groups_s``: from the launch to the moment
+  the last rank had imported, composed its config, made its process groups;
 - ``intake_frames_per_s``: the trainer takes batches from whichever collector
   sends first and does nothing with them (a trivial update), as async mode's
   loop does; collectors poll for weights before every step, as they do there.
@@ -63,14 +65,16 @@ def worker(opts: dict) -> None:
     from harness.distributed.topology import Layout
     from harness.packing import pack_parameters_
 
-    imported_ns = time.monotonic_ns()
+    marks = {"imported": time.monotonic_ns()}  # when this rank reached each stage of its start
     torch.set_num_threads(1)
     register_configs()
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
         cfg = load(compose("config", overrides=[f"sync={opts['scheme']}", "collector.mode=async", "sync.timeout_s=300",
                                                 "dist_timeout_s=300"]))
     layout = Layout.from_env(1)
+    marks["config"] = time.monotonic_ns()
     groups = init_distributed(layout, cfg.dist_timeout_s)
+    marks["groups"] = time.monotonic_ns()
     width = max(int((opts["params"] / 50) ** 0.5), 1)
     models = nn.ModuleDict({"policy": PPO.make_policy(cfg.algo, env_spec(cfg.env.id)),
                             "ballast": nn.Sequential(*[nn.Linear(width, width) for _ in range(50)])})
@@ -78,14 +82,14 @@ def worker(opts: dict) -> None:
     run = trainer if layout.rank == 0 else collector
     result = run(cfg, layout, groups, models, opts)
     everyone: list = [None] * layout.world_size
-    dist.all_gather_object(everyone, (imported_ns, result))
+    dist.all_gather_object(everyone, (marks, result))
     if layout.rank == 0:
         latencies: dict[int, list[float]] = {}
         for _, lat in everyone[1:]:
             for version, ms in lat.items():
                 latencies.setdefault(version, []).append(ms)
         last = [max(v) for v in latencies.values()]  # each publish: when the last collector had it
-        Path(opts["out"]).write_text(json.dumps({**result, "imported_ns": max(i for i, _ in everyone),
+        Path(opts["out"]).write_text(json.dumps({**result, "marks": {k: max(m[k] for m, _ in everyone) for k in marks},
                                                  "sync_ms": last, "collectors": layout.world_size - 1}))
     dist.destroy_process_group()
 
@@ -191,7 +195,9 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
     last = result["sync_ms"][1:]  # the first publish of the phase warms up connections and caches
     return {"collectors": collectors, "nodes": nodes, "scheme": scheme,
             "startup_s": (result["first_batch_ns"] - launched_ns) / 1e9,
-            "after_imports_s": (result["first_batch_ns"] - result["imported_ns"]) / 1e9,
+            "after_imports_s": (result["first_batch_ns"] - result["marks"]["imported"]) / 1e9,
+            # when the last rank had imported, composed its config and made its process groups (from the launch)
+            **{f"{k}_s": (ns - launched_ns) / 1e9 for k, ns in result["marks"].items()},
             "sync_ms_median": statistics.median(last), "sync_ms_p90": statistics.quantiles(last, n=10)[-1],
             "intake_frames_per_s": statistics.median(result["intake"]),
             "channel_frames_per_s": statistics.median(result["channel"]),
