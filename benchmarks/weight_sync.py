@@ -1,6 +1,6 @@
 """Publish-to-applied latency of every weight sync scheme that runs here.
 
-    python benchmarks/weight_sync.py --json bench-weight_sync.json [--sizes 100000 1000000 10000000]
+    python benchmarks/weight_sync.py --json bench-weight_sync.json [--sizes 100000 1000000 10000000] [--repeats 3]
 
 Real spawned ranks: one publisher (rank 0) and two subscribers. Each sample:
 rank 0 stamps the clock, publishes, and every subscriber notes when the update
@@ -21,6 +21,10 @@ References measured in the same run:
   TorchRL's distributed weight updater.
 
 Models hold about ``params`` float32 parameters as 100 tensors (50 linear layers).
+With ``--repeats N`` every scheme is launched N times, the schemes taking
+turns, and a row's median is the median of the launches' medians: on a machine
+whose load drifts, a ratio of neighbours in time holds better than one of
+launches minutes apart.
 """
 
 from __future__ import annotations
@@ -171,9 +175,21 @@ def gather(results: dict) -> list[float]:
     return latencies
 
 
-def row(scheme: str, params: int, latencies: list[float]) -> dict:
-    q = statistics.quantiles(latencies, n=10)
-    return {"scheme": scheme, "params": params, "tensors": 100, "median_ms": statistics.median(latencies), "p90_ms": q[-1]}
+def measure(scheme: str, world: int, params: int, samples: int) -> list[float]:
+    """One launch of ``scheme`` (or a spawned reference): the subscribers' latencies, ms."""
+    if scheme == "gloo_per_param":
+        return gather(run_ranks(per_param_rank, world, params, samples, timeout=600))
+    if scheme == "shm_copy_ack":
+        return gather(run_ranks(copy_ack_rank, world, params, samples, timeout=600))
+    return gather(run_ranks(scheme_rank, world, scheme, params, samples, timeout=600))
+
+
+def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
+    """``median_ms``: the median over launches of each launch's median; ``p90_ms`` over every sample."""
+    q = statistics.quantiles([ms for run in runs for ms in run], n=10)
+    medians = [statistics.median(run) for run in runs]
+    return {"scheme": scheme, "params": params, "tensors": 100, "median_ms": statistics.median(medians), "p90_ms": q[-1],
+            "launch_medians_ms": medians}
 
 
 def main() -> None:
@@ -183,21 +199,18 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--subscribers", type=int, default=2)
     parser.add_argument("--schemes", nargs="+", default=[*REFERENCES, *SCHEMES])
+    parser.add_argument("--repeats", type=int, default=1, help="launches of every scheme, interleaved (the median of their medians)")
     args = parser.parse_args()
 
     rows = []
     for params in args.sizes:
         samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
-        rows.append(row("memcpy", params, memcpy(params, samples * 5)[5:]))
-        world = 1 + args.subscribers
-        for scheme in args.schemes:
-            if scheme == "gloo_per_param":
-                latencies = gather(run_ranks(per_param_rank, world, params, samples, timeout=600))
-            elif scheme == "shm_copy_ack":
-                latencies = gather(run_ranks(copy_ack_rank, world, params, samples, timeout=600))
-            else:
-                latencies = gather(run_ranks(scheme_rank, world, scheme, params, samples, timeout=600))
-            rows.append(row(scheme, params, latencies))
+        rows.append(row("memcpy", params, [memcpy(params, samples * 5)[5:]]))
+        runs: dict[str, list[list[float]]] = {scheme: [] for scheme in args.schemes}
+        for _ in range(args.repeats):  # interleaved: neighbours in time see the same load on a shared machine
+            for scheme in args.schemes:
+                runs[scheme].append(measure(scheme, 1 + args.subscribers, params, samples))
+        rows += [row(scheme, params, runs[scheme]) for scheme in args.schemes]
         for r in rows[-1 - len(args.schemes):]:
             print(f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms", flush=True)
 
