@@ -4,16 +4,24 @@
 
 For CartPole-v1 and HalfCheetah-v5 (8 envs, the default PPO MLP policy):
 
-- ``bare/<env>``: the limit: one process, gymnasium ``SyncVectorEnv`` and the
-  same policy's forward pass, no harness;
+- ``bare/<env>``: the limit: gymnasium ``SyncVectorEnv`` and the same
+  policy's forward pass, no harness;
 - ``collector/<env>``: a real collector rank (``run_collector``, async mode,
   polling for weights before every step, sending packed batches over the data
   channel) feeding a trainer rank that discards every batch.
 
+The collector rank's process runs the bare loop just before and just after
+its collector, so that the reference is measured next to it on a machine
+whose load drifts; ``vs_bare`` is the median over ``--repeats`` launches of
+collector / mean(bare before, bare after), in frames per wall-clock second,
+and ``vs_bare_cpu`` the same in frames per CPU second of the collector's
+process (its helper threads included), which other processes' load on a
+shared machine disturbs far less.
+
 Then end to end, PPO on CartPole-v1 through ``torchrun`` with 1 and 2
 collectors (``e2e/1_collector``, ``e2e/2_collectors``), frames learned per
 second as the run logs it (median of its rows; 2 cores here, so 2 collectors
-and a trainer share them). Rows: ``{"case", "frames_per_s"}``.
+and a trainer share them). Rows: ``{"case", "frames_per_s"}`` (bare and collector: and ``frames_per_cpu_s``; collector: and ``vs_bare``, ``vs_bare_cpu``).
 """
 
 from __future__ import annotations
@@ -56,30 +64,41 @@ def config(env_name: str):
 
 
 @torch.no_grad()
-def bare(env_id: str, frames: int) -> float:
+def bare(env_id: str, frames: int) -> tuple[float, float]:
+    """Frames per second of wall-clock time, and per second of this process's CPU time."""
     envs = make_vec_env(env_id, NUM_ENVS)
     policy = PPO.make_policy(PPOConfig(), spec_of(envs))
     obs, _ = envs.reset(seed=0)
     low_high = (envs.single_action_space.low, envs.single_action_space.high) if not spec_of(envs).discrete else None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(frames // NUM_ENVS):
         action = policy(to_tensor(obs))["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
         obs, *_ = envs.step(action)
-    return frames / (time.perf_counter() - start)
+    return frames / (time.perf_counter() - start), frames / (time.process_time() - cpu)
 
 
-def collector_job(rank: int, world: int, env_name: str, batches: int) -> float | None:
+def collector_job(rank: int, world: int, env_id: str, batches: int) -> None | list[tuple[float, float]]:
+    """Rank 1 runs the bare loop, then a real collector, then the bare loop
+    again, in one process: the reference is measured next to the collector.
+    Each: (frames per wall-clock second, frames per CPU second of the process)."""
     torch.set_num_threads(1)
-    cfg = config(env_name)
+    cfg = config(ENVS[env_id])
     layout = Layout.from_env(1)
     groups = init_distributed(layout, 60)
     if rank == 1:
+        from harness.data import channel
         from harness.roles.collector import run_collector
 
+        sent = []  # the clocks at each batch handed over, past the first (start-up)
+        send = channel.BatchSender.send
+        channel.BatchSender.send = lambda *a, **k: (send(*a, **k), sent.append((time.perf_counter(), time.process_time())))
+        before = bare(env_id, batches * NUM_ENVS * STEPS)
         run_collector(cfg, layout, groups)
-        return None
+        (wall, cpu), (wall_end, cpu_end) = sent[0], sent[-1]
+        frames = (len(sent) - 1) * NUM_ENVS * STEPS
+        return [before, (frames / (wall_end - wall), frames / (cpu_end - cpu)), bare(env_id, batches * NUM_ENVS * STEPS)]
     policy = PPO.make_policy(cfg.algo, spec_of(make_vec_env(cfg.env.id, 1)))
     publisher = make_publisher(cfg.sync, 0, groups)
     publisher.connect({"policy": policy})
@@ -87,15 +106,12 @@ def collector_job(rank: int, world: int, env_name: str, batches: int) -> float |
 
     receiver = BatchReceiver(groups.data, 0, [1], batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS), 60)
     publisher.publish(Header(0))
-    receiver.receive_any()  # the first batch includes start-up
-    start = time.perf_counter()
-    for _ in range(batches):
+    for _ in range(batches + 1):  # the first batch includes start-up
         receiver.receive_any()
-    elapsed = time.perf_counter() - start
     publisher.publish(Header(1, stop=True))
     receiver.drain()
     publisher.close()
-    return batches * NUM_ENVS * STEPS / elapsed
+    return None
 
 
 def end_to_end(collectors: int, frames: int) -> float:
@@ -112,28 +128,32 @@ def end_to_end(collectors: int, frames: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--frames", type=int, default=40_960, help="frames per measurement")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating bare/collector runs; medians reported")
+    parser.add_argument("--frames", type=int, default=20_480, help="frames per measurement")
+    parser.add_argument("--repeats", type=int, default=7, help="bare/collector/bare runs; medians reported")
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end PPO runs")
     args = parser.parse_args()
     rows = []
-    for env_id, env_name in ENVS.items():
+    for env_id in args.envs:
         try:
             make_vec_env(env_id, 1).close()
         except ValueError as e:
             print(f"skipping {env_id}: {e}")
             continue
-        bare_fps, harness_fps = [], []
-        for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits both alike
-            bare_fps.append(bare(env_id, args.frames))
-            result = run_ranks(collector_job, 2, env_name, args.frames // (NUM_ENVS * STEPS), timeout=600)
-            if result[0][0] != "ok":
+        runs = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
+        for _ in range(args.repeats):  # bare, collector, bare in one process: drift on a noisy machine hits both alike
+            result = run_ranks(collector_job, 2, env_id, args.frames // (NUM_ENVS * STEPS), timeout=600)
+            if {status for status, _ in result.values()} != {"ok"}:
                 raise RuntimeError(result)
-            harness_fps.append(result[0][1])
-        rows += [{"case": f"bare/{env_id}", "frames_per_s": statistics.median(bare_fps)},
-                 {"case": f"collector/{env_id}", "frames_per_s": statistics.median(harness_fps)}]
+            runs.append(result[1][1])
+        ratio = {clock: statistics.median(c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs) for clock in (0, 1)}
+        rows += [{"case": f"bare/{env_id}", "frames_per_s": statistics.median(x[0] for b, _, a in runs for x in (b, a)),
+                  "frames_per_cpu_s": statistics.median(x[1] for b, _, a in runs for x in (b, a))},
+                 {"case": f"collector/{env_id}", "frames_per_s": statistics.median(c[0] for _, c, _ in runs),
+                  "frames_per_cpu_s": statistics.median(c[1] for _, c, _ in runs), "vs_bare": ratio[0], "vs_bare_cpu": ratio[1]}]
         print(f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector {rows[-1]['frames_per_s']:9,.0f} fps   "
-              f"ratio {rows[-1]['frames_per_s'] / rows[-2]['frames_per_s']:.2f}", flush=True)
-    for collectors in (1, 2):
+              f"ratio {ratio[0]:.2f} (per CPU second: {ratio[1]:.2f}; medians of {args.repeats} launches)", flush=True)
+    for collectors in () if args.no_e2e else (1, 2):
         fps = end_to_end(collectors, 102_400)
         rows.append({"case": f"e2e/{collectors}_collector{'s' if collectors > 1 else ''}", "frames_per_s": fps})
         print(f"end to end, PPO CartPole-v1, {collectors} collector(s): {fps:,.0f} frames/s", flush=True)

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import hydra
+import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -90,6 +91,10 @@ def main(raw: DictConfig) -> None:
         # Every rank, before anything is written: a refused launch changes nothing.
         if run_directory.check(cfg, raw, run_dir):
             cfg.checkpoint.resume = True  # an earlier attempt of this launch ran here: continue it
+        if not layout.single_process:
+            # Every rank has checked before rank 0 writes config.yaml: a rank that checks later
+            # (32 ranks start seconds apart) would take this launch's own file for an earlier run's.
+            dist.barrier()
         if layout.rank == 0:
             check_writable(run_dir)
             run_directory.prepare(cfg, raw, run_dir)

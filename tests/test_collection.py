@@ -164,6 +164,34 @@ def test_mujoco_env_without_the_extra_names_the_install_command(monkeypatch):
         compose_config("env=hopper")
 
 
+@pytest.mark.unit
+def test_batch_statistics_count_every_episode_as_a_per_step_tally_would():
+    """The collector counts episodes once per batch; a tally kept step by
+    step over the batches' own frames (episodes run across batches) agrees."""
+    import numpy as np
+
+    from harness.algos.ppo import PPO, PPOConfig
+    from harness.collect.envs import spec_of
+    from harness.collect.rollout import RolloutCollector
+    from harness.sync import Header
+
+    envs = make_vec_env("CartPole-v1", 4)
+    collector = RolloutCollector(envs, PPO.make_policy(PPOConfig(), spec_of(envs)), 4 * 24, seed=0)
+    running, length = np.zeros(4), np.zeros(4, dtype=np.int64)
+    for version in range(12):
+        batch = collector.collect(Header(version))
+        episodes = return_sum = length_sum = 0.0
+        for reward, done in zip(batch["rollout", "reward"].numpy(), batch["rollout", "done"].numpy()):
+            running, length = running + reward, length + 1
+            episodes, return_sum, length_sum = episodes + done.sum(), return_sum + running[done].sum(), length_sum + length[done].sum()
+            running[done], length[done] = 0, 0
+        assert episodes > 0
+        stats = batch["stats"]
+        assert (float(stats["episodes"]), float(stats["return_sum"]), float(stats["length_sum"])) == (episodes, return_sum, length_sum)
+        assert batch["rollout", "policy_version"].eq(version).all()
+    envs.close()
+
+
 def losses(run_dir: Path) -> list[tuple]:
     keys = ("train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl", "train/episode_return")
     return [tuple(r[k] for k in keys) for r in rows(run_dir)]

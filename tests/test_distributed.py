@@ -26,12 +26,14 @@ def join(rank, world, timeout_s):
     return "joined"
 
 
-def test_a_rank_that_never_joins_fails_start_up_within_the_timeout():
-    results = run_ranks(join, 3, 3.0, ranks=[0, 1], timeout=60)  # rank 2 never starts
+def test_a_rank_that_never_joins_fails_start_up_within_the_timeout_naming_it():
+    results = run_ranks(join, 4, 3.0, ranks=[0, 1], timeout=60)  # ranks 2 and 3 never start
     for rank in (0, 1):
         assert results[rank][0] == "ok", results[rank]  # not "hung": the join gave up by itself
         message = results[rank][1]
-        assert f"rank {rank}" in message and "all 3 ranks" in message, message
+        assert f"rank {rank}" in message and "all 4 ranks" in message, message
+    # Rank 0 hosts the store that holds the roll call (torchrun's agent would, for every rank).
+    assert "ranks 2-3 never came" in results[0][1], results[0][1]
 
 
 def shared_dir(rank, world):

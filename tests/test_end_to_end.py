@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
-from helpers import BIN, launch_env, rows, run_harness
+from helpers import rows, run_harness
 from omegaconf import OmegaConf
-
-from harness.distributed.spawn import free_port
-from harness.sync.shared_memory import PREFIX
 
 pytestmark = pytest.mark.e2e
 
@@ -55,22 +49,6 @@ def test_ppo_learns_cartpole_in_one_process(workdir):
     assert out.returncode == 0, out.stderr[-3000:]
     returns = [float(r["train/episode_return"]) for r in rows(workdir / "run")]
     assert max(returns[-3:]) > 150, returns
-
-
-def test_hierarchical_across_two_simulated_nodes(workdir):
-    """Two torchrun launches meet through a c10d rendezvous on localhost, as
-    two nodes of a cluster would: 4 ranks, 2 per node."""
-    before = set(Path("/dev/shm").glob(f"{PREFIX}*"))
-    port = free_port()
-    cmd = [str(BIN / "torchrun"), "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-           f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two-nodes", "-m", "harness.train",
-           "debug=tiny", "sync=hierarchical", f"run_dir={workdir / 'run'}"]
-    nodes = [subprocess.Popen(cmd, cwd=workdir, env=launch_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=180) for p in nodes]
-    assert [p.returncode for p in nodes] == [0, 0], [o[1][-2000:] for o in outs]
-    assert int(rows(workdir / "run")[-1]["frames"]) == 1152  # 3 collectors x 64 frames a round, 6 rounds
-    assert set(Path("/dev/shm").glob(f"{PREFIX}*")) - before == set()
 
 
 @pytest.mark.parametrize("preset", ["sac_halfcheetah", "td3_hopper", "ppo_halfcheetah"])

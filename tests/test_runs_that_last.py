@@ -12,7 +12,7 @@ import torch
 from helpers import rows, run_harness, start_harness, wait_for
 
 from harness import checkpoint
-from harness.sync.shared_memory import PREFIX
+from harness.sync.shm_files import PREFIX
 
 pytestmark = pytest.mark.e2e
 TINY = ["debug=tiny", "logger.console=false"]

@@ -25,7 +25,8 @@ from harness.distributed.topology import Layout
 from harness.sync import Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import Payload
-from harness.sync.shared_memory import PREFIX, Segment, remove_stale_segments
+from harness.sync.shared_memory import Segment
+from harness.sync.shm_files import PREFIX, remove_stale_segments
 
 ONE_NODE = [0, 0, 0]
 TWO_NODES = [0, 0, 0, 1, 1]  # rank 3 leads node 1, rank 4 reads its segment
@@ -188,6 +189,37 @@ def test_wait_times_out_naming_rank_role_and_scheme(scheme):
     assert 1.5 < elapsed < 6
 
 
+def stalled_receiver(rank, world, marker):
+    """Rank 2 connects and then never applies anything; trainer 0 keeps publishing."""
+    end, _ = connect(rank, "gloo", timeout_s=6)
+    if rank == 0:
+        try:
+            for version in range(3):
+                end.publish(Header(version, values={"epsilon": 0.0}))
+        except SyncError as e:
+            return str(e)
+        finally:
+            Path(marker).touch()
+        return "no error"
+    if rank != 2:
+        end.wait(0)  # apply version 0, ready for the next
+    wait_for(Path(marker).exists, 60, "trainer 0 to give up on the stalled collector")
+    return None
+
+
+@pytest.mark.multiprocess
+def test_a_broadcast_that_times_out_names_the_receiver_that_stalled():
+    """With many collectors, "one of ranks 1..31" says nothing: trainer 0
+    names the ranks that had not applied the version before (a roll call in
+    the job's store)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        results = run_ranks(stalled_receiver, 4, f"{tmp}/gave-up", timeout=90)
+    message = results[0][1]
+    assert "rank 2 had not applied version 0" in message and "ranks 1-3" in message, results
+
+
 def killed_publisher(rank, world, scheme):
     end, _ = connect(rank, scheme, timeout_s=30)
     if rank == 0:
@@ -244,6 +276,44 @@ def test_next_run_removes_segments_whose_creator_died(tmp_path):
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" in remove_stale_segments()
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" not in harness_segments()
     Segment.create(64, 3, 0).close()  # creating runs the same clean-up
+
+
+@pytest.mark.unit
+def test_futex_sleeps_until_the_word_changes_or_a_wake():
+    import errno
+    import mmap
+    import threading
+
+    import numpy as np
+
+    from harness.sync import futex
+
+    if not futex.available():
+        pytest.skip("no futex on this machine: shm readers sleep sync.poll_interval_s between checks")
+    words = np.ndarray((1,), dtype=np.int64, buffer=mmap.mmap(-1, 8))
+    address = words.ctypes.data
+    assert futex.wait(address, 0, 0.01) == errno.ETIMEDOUT  # slept in the kernel until the timeout
+    assert futex.wait(address, 1, 10) == errno.EAGAIN  # the word holds something else: no sleep at all
+    woken = []
+    sleeper = threading.Thread(target=lambda: woken.append(futex.wait(address, 0, 30)))
+    sleeper.start()
+    while not woken:  # wake until the sleeper is asleep and woken (a wake before it sleeps wakes nobody)
+        futex.wake(address)
+        sleeper.join(0.01)
+    assert woken == [0]
+
+
+@pytest.mark.unit
+def test_a_segment_larger_than_dev_shm_is_refused_naming_the_fix():
+    """Not a SIGBUS at the first write past the end of /dev/shm (Docker gives
+    64 MB): 33 slots of a 10M-parameter model take 1.3 GB."""
+    shm = os.statvfs("/dev/shm")
+    if not shm.f_blocks:
+        pytest.skip("/dev/shm has no size limit here")
+    before = harness_segments()
+    with pytest.raises(SyncError, match=r"larger /dev/shm \(docker run --shm-size"):
+        Segment.create(shm.f_blocks * shm.f_frsize, 2, 0)  # twice its size: refused before a byte is taken
+    assert harness_segments() == before
 
 
 def shm_across_nodes(rank, world):

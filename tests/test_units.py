@@ -81,8 +81,8 @@ def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models
 def test_schema_errors_live_with_the_handshake_and_transports_fit_the_contract():
     assert SchemaMismatchError is handshake.SchemaMismatchError
     end = Endpoint(0, "trainer", "gloo")
-    assert all(isinstance(s, Sink) for s in (BroadcastSink(end, None, 1.0), ShmSink(0, 1)))
-    assert all(isinstance(s, Source) for s in (BroadcastSource(end, None, 0), ShmSource(0.001)))
+    assert all(isinstance(s, Sink) for s in (BroadcastSink(end, None, 1.0, None), ShmSink(0, 1)))
+    assert all(isinstance(s, Source) for s in (BroadcastSource(end, None, 0, None), ShmSource(0.001)))
 
 
 @pytest.mark.unit
@@ -129,3 +129,11 @@ def test_csv_log_widens_its_header_when_a_metric_appears(tmp_path):
     log.write({"frames": 3, "a": 4.0})
     rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
     assert [r["frames"] for r in rows] == ["1", "2", "3"] and rows[1]["b"] == "3.0" and rows[0]["b"] == ""
+
+
+@pytest.mark.unit
+def test_rank_lists_read_as_ranges():
+    from harness.distributed.roll_call import RollCall, ranks_text
+
+    assert ranks_text([8, 1, 2, 3, 5, 7]) == "1-3, 5, 7-8" and ranks_text([4]) == "4" and ranks_text([]) == ""
+    assert RollCall(None, "joined").behind([1, 2]) is None  # no store: nobody can be named

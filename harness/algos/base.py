@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, ContextManager, Generic, Mapping, Optional, Protocol, TypeVar, cast
+from typing import Any, Callable, ClassVar, ContextManager, Generic, Mapping, Optional, Protocol, TypeVar, cast
 
 import torch
 from omegaconf import MISSING
@@ -106,10 +106,21 @@ class Policy(nn.Module, abc.ABC):
         """``forward`` for CPU observations, wherever the weights are: with
         ``sync=nccl`` a collector's policy views a buffer on its GPU, so the
         observations go there once per step and the outputs come back once."""
+        return self.actor()(obs, values, deterministic)
+
+    def actor(self) -> Callable[..., TensorDict]:
+        """``act`` for as long as the weights stay on their device (a batch of
+        steps: weights are applied in place, never moved): the module itself
+        when they are on the CPU, so that a step pays for no device check."""
         weight = next(self.parameters(), None)  # None: a policy without weights (random actions)
         if weight is None or weight.device.type == "cpu":
-            return self(obs, values, deterministic)
-        return self(obs.to(weight.device, non_blocking=True), values, deterministic).to("cpu")
+            return self
+        device = weight.device
+
+        def on_device(obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+            return self(obs.to(device, non_blocking=True), values, deterministic).to("cpu")
+
+        return on_device
 
 
 class NormalizedPolicy(Policy):

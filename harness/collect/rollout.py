@@ -86,53 +86,87 @@ class RolloutCollector:
     def reset(self, seed: int) -> None:
         """Start fresh episodes in every env (a resumed run reseeds here)."""
         obs, _ = self.envs.reset(seed=seed)
-        self.obs = to_tensor(obs)
+        self.obs_array, self.obs = obs, to_tensor(obs)
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
     @torch.no_grad()
     def collect(self, header: Header, refresh: Callable[[], Header] | None = None) -> TensorDict:
         """One batch acted with ``header``'s weights, or, with ``refresh``
-        (async mode), with whatever newest weights it returns before each step."""
-        f, a, stats = self.fields, self.arrays, self.stats
-        for value in stats.values():
-            value.zero_()
+        (async mode), with whatever newest weights it returns before each step.
+
+        The step loop only acts, steps and keeps references to what each step
+        returned (env steps of a few microseconds make any more per step
+        show: CartPole); the batch is written, and episode statistics
+        counted, once per batch, with whole-array operations."""
+        steps: list[tuple] = []
+        versions: list[int] = []
+        final: list[tuple[int, dict]] = []  # (step, info) where an episode ended
+        act = self.policy.actor()
         for t in range(self.steps):
             if refresh is not None:
                 header = refresh()
-            out = self.policy.act(self.obs, header.values)
+            out = act(self.obs, header.values)
             env_action = out["action"].numpy()
             if self.clip is not None:
                 env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
-            for key in self.policy_fields:
-                f[key][t] = out[key]
-            a["obs"][t] = self.obs.numpy()
-            a["reward"][t] = reward
-            a["terminated"][t] = terminated
-            a["truncated"][t] = truncated
-            a["policy_version"][t] = header.version
-            done = terminated | truncated
-            if "next_obs" in a:
-                a["next_obs"][t] = obs
-                for i in np.flatnonzero(done):  # same-step autoreset: obs is already the next episode's
-                    a["next_obs"][t, i] = info["final_obs"][i]
-            self.obs = to_tensor(obs)
-
-            self.episode_return += reward
-            self.episode_length += 1
-            restarted = info.get("final_info", {}).get("env_restarted")  # the ended episode's info, under autoreset
-            if restarted is not None and restarted.any():  # broken episodes: not counted as finished ones
-                stats["env_restarts"].add_(int(restarted.sum()))
-                done = done & ~restarted
-                self.episode_return[restarted] = 0
-                self.episode_length[restarted] = 0
-            if done.any():
-                stats["episodes"].add_(int(done.sum()))
-                stats["return_sum"].add_(float(self.episode_return[done].sum()))
-                stats["length_sum"].add_(float(self.episode_length[done].sum()))
-                self.episode_return[done] = 0
-                self.episode_length[done] = 0
-        torch.logical_or(f["terminated"], f["truncated"], out=f["done"])
-        self.batch["next_obs"].copy_(self.obs)
+            steps.append((self.obs_array, out, obs, reward, terminated, truncated))
+            versions.append(header.version)
+            if "final_obs" in info:
+                final.append((t, info))
+            self.obs_array, self.obs = obs, to_tensor(obs)
+        self._write(steps, versions, final)
         return self.batch
+
+    def _write(self, steps: list[tuple], versions: list[int], final: list[tuple[int, dict]]) -> None:
+        """Fill the batch from one batch's steps, and count its episodes."""
+        f, a, stats = self.fields, self.arrays, self.stats
+        before, outs, after, rewards, terminated, truncated = zip(*steps)
+        np.stack(before, out=a["obs"])
+        for key in self.policy_fields:
+            torch.stack([out[key] for out in outs], out=f[key])
+        rewards64 = np.stack(rewards)  # as the env returned them: episode returns add these up
+        a["reward"][:] = rewards64
+        np.stack(terminated, out=a["terminated"])
+        np.stack(truncated, out=a["truncated"])
+        a["policy_version"][:] = np.asarray(versions)[:, None]
+        torch.logical_or(f["terminated"], f["truncated"], out=f["done"])
+        restarted = np.zeros(a["done"].shape, dtype=bool)
+        if "next_obs" in a:
+            np.stack(after, out=a["next_obs"])
+        for t, info in final:  # same-step autoreset: obs is already the next episode's
+            ended = np.flatnonzero(info["_final_obs"])
+            if "next_obs" in a:
+                for i in ended:
+                    a["next_obs"][t, i] = info["final_obs"][i]
+            flag = info["final_info"].get("env_restarted")
+            if flag is not None:  # broken episodes: not counted as finished ones
+                restarted[t] = flag & info["final_info"].get("_env_restarted", flag)
+        for value in stats.values():
+            value.zero_()
+        stats["env_restarts"].add_(int(restarted.sum()))
+        self._count_episodes(rewards64, a["done"] | restarted, restarted)
+        self.batch["next_obs"].copy_(self.obs)
+
+    def _count_episodes(self, rewards: np.ndarray, ends: np.ndarray, restarted: np.ndarray) -> None:
+        """Episodes that ended in this batch (``ends [T, N]``, but for
+        ``restarted`` ones): their number, returns and lengths. Each return is
+        summed step by step from the previous batch's carry, and the totals
+        step by step, in the order an accumulator updated at every step
+        would add them: the same bits."""
+        ended: dict[int, list[tuple[int, float, int]]] = {}  # step -> (env, return, length) of the episodes it ended
+        for i in range(self.num_envs):
+            start, carry, length = 0, self.episode_return[i], int(self.episode_length[i])
+            for t in np.flatnonzero(ends[:, i]).tolist():
+                total = np.cumsum(np.concatenate(([carry], rewards[start:t + 1, i])))[-1]
+                if not restarted[t, i]:
+                    ended.setdefault(t, []).append((i, total, length + t + 1 - start))
+                start, carry, length = t + 1, 0.0, 0
+            self.episode_return[i] = np.cumsum(np.concatenate(([carry], rewards[start:, i])))[-1]
+            self.episode_length[i] = length + len(rewards) - start
+        for t in sorted(ended):
+            episodes = sorted(ended[t])  # in env order, as a mask over the envs selects them
+            self.stats["episodes"].add_(len(episodes))
+            self.stats["return_sum"].add_(float(np.array([r for _, r, _ in episodes]).sum()))
+            self.stats["length_sum"].add_(float(np.array([n for _, _, n in episodes], dtype=np.int64).sum()))

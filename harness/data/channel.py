@@ -26,6 +26,8 @@ from tensordict import TensorDict
 from harness.distributed.handshake import check_schema
 from harness.packing import buffer_of, pack, schema
 
+POLL_S = (0.0005, 0.008)  # the shortest and longest pause between calls of a send's while_waiting
+
 
 class ChannelError(RuntimeError):
     """A batch did not arrive or could not be sent in time."""
@@ -48,6 +50,9 @@ class BatchSender:
         for weights, so that a trainer publishing by collective broadcast never
         waits on a collector that waits on it). The send then runs in a helper
         thread: Gloo's point-to-point work cannot be polled for completion.
+        The calls come every 0.5 ms while they find news (a truthy result),
+        and back off to every 8 ms while they do not: 31 collectors waiting on
+        a busy trainer, each waking 2,000 times a second, took most of two cores.
         """
         if while_waiting is None:
             return self._send(batch)
@@ -61,9 +66,10 @@ class BatchSender:
 
         thread = threading.Thread(target=send, name="batch-send", daemon=True)
         thread.start()
+        pause = POLL_S[0]
         while thread.is_alive():
-            while_waiting()
-            thread.join(0.0005)
+            pause = POLL_S[0] if while_waiting() else min(2 * pause, POLL_S[1])
+            thread.join(pause)
         if failure:
             raise failure[0]
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.topology import Layout
 
 
@@ -32,6 +33,7 @@ class Groups:
     nodes: list[int]  # node rank of every global rank
     sync_nccl: dist.ProcessGroup | None = None  # trainer 0 + collectors on NCCL, for sync=nccl
     nccl_device: torch.device | None = None  # this rank's GPU, which its NCCL communicator is bound to
+    store: dist.Store | None = None  # the job's store: roll calls that name the ranks a wait waited for
 
     def node_leaders(self, collectors: list[int]) -> list[int]:
         """The lowest collector rank of each node other than trainer 0's."""
@@ -42,20 +44,27 @@ class Groups:
         return sorted(leaders.values())
 
 
-def join(layout: Layout, timeout_s: float, role: str | None = None) -> None:
+def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Store:
     """Join the job's default (Gloo) group, every collective bounded by
-    ``timeout_s``; a rank that never comes is named in the error."""
+    ``timeout_s``; the ranks that never came are named in the error.
+    Returns the job's store (roll calls: :mod:`harness.distributed.roll_call`)."""
     timeout = timedelta(seconds=timeout_s)
+    who = f"rank {layout.rank} ({role or layout.role})"
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    store = _job_store(layout, timeout, who, where)
+    joined = RollCall(store, "joined")
+    joined.mark(layout.rank)
     try:
-        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout,
-                                store=_attempt_store(layout, timeout))
+        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout, store=store)
     except (RuntimeError, dist.DistError) as e:
-        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        missing = joined.behind(range(layout.world_size))
+        absent = (f"rank{'s' * (len(missing) > 1)} {ranks_text(missing)} never came" if missing else
+                  "every rank came, then one died" if missing == [] else "the store is gone too, so which rank is unknown")
         raise RuntimeError(
-            f"rank {layout.rank} ({role or layout.role}) gave up after {timeout_s:g} s waiting for all "
-            f"{layout.world_size} ranks to join at {where}: a rank never started or died. "
-            f"Check the other ranks' logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
+            f"{who} gave up after {timeout_s:g} s waiting for all {layout.world_size} ranks to join at {where}: "
+            f"{absent}. Check their logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
         ) from e
+    return store
 
 
 def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False, nccl_device: Optional[torch.device | str] = None,
@@ -69,7 +78,7 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False, 
     ``timeout_s``): the weights group keeps a receive posted between
     publishes, so it must cover the longest gap between two of them.
     """
-    join(layout, timeout_s)
+    store = join(layout, timeout_s)
     timeout = timedelta(seconds=timeout_s)
     gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
     dist.all_gather(gathered, torch.tensor([layout.node_rank]))
@@ -80,7 +89,7 @@ def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False, 
     trainers = None
     if layout.trainers > 1:
         trainers = dist.new_group(list(range(layout.trainers)), timeout=timeout, backend="gloo")
-    groups = Groups(sync=sync, leaders=sync, data=data, trainers=trainers, nodes=nodes)
+    groups = Groups(sync=sync, leaders=sync, data=data, trainers=trainers, nodes=nodes, store=store)
     groups.leaders = dist.new_group([0, *groups.node_leaders(layout.collector_ranks)], timeout=timeout, backend="gloo")
     if nccl_sync:
         groups.nccl_device = None if nccl_device is None else torch.device(nccl_device)
@@ -106,8 +115,11 @@ def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.devi
     return dist.new_group(ranks, timeout=timeout, backend="nccl", **kwargs)
 
 
-def _attempt_store(layout: Layout, timeout: timedelta) -> dist.Store | None:
-    """Under torchrun, a store whose keys are private to this restart attempt.
+def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist.Store:
+    """The store every rank meets at: under torchrun, one whose keys are
+    private to this restart attempt; else (``srun``, spawned ranks) one that
+    rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, without waiting for the
+    others, so that a rank that never comes is named by the join instead.
 
     After ``--max-restarts`` restarts a job, the store can still hold the
     previous attempt's keys, among them the listening addresses of ranks that
@@ -115,12 +127,17 @@ def _attempt_store(layout: Layout, timeout: timedelta) -> dist.Store | None:
     refused". Prefixing every key with the attempt number keeps attempts apart.
     """
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
-        return None  # not torchrun: env:// as usual
-    agent_hosts_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), layout.world_size,
-                          is_master=not agent_hosts_store and layout.rank == 0, timeout=timeout)
-    return dist.PrefixStore(f"harness/attempt-{attempt}", store)
+    agent_hosts_store = attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    try:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), layout.world_size,
+                              is_master=not agent_hosts_store and layout.rank == 0, timeout=timeout, wait_for_workers=False)
+    except (RuntimeError, dist.DistError) as e:
+        raise RuntimeError(
+            f"{who} could not reach the job's store at {where} within {timeout.total_seconds():g} s: "
+            f"{'its torchrun agent' if agent_hosts_store else 'rank 0, which hosts it,'} never started or cannot be "
+            f"reached from here. Cause: {e}"
+        ) from e
+    return dist.PrefixStore(f"harness/attempt-{attempt or 0}", store)
 
 
 def shutdown_distributed() -> None:

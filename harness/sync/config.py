@@ -18,7 +18,7 @@ class SyncConfig:
     name: str = "gloo"  # gloo | nccl | shm | hierarchical | none
     timeout_s: float = 60.0  # longest wait for an update, and the longest allowed gap between publishes
     wire_dtype: str = "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
-    poll_interval_s: float = 0.0002  # shared-memory readers: sleep between checks while waiting
+    poll_interval_s: float = 0.0002  # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
     publish_every_updates: int = 1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
 
     def __post_init__(self) -> None:

@@ -118,6 +118,7 @@ class WeightSubscriber(abc.ABC):
         self.timeout_s = timeout_s
         self.version = -1  # newest version applied; -1 before the first
         self.header: Header | None = None  # its header
+        self.upstream = "trainer 0"  # who writes what it reads, for error messages
 
     @abc.abstractmethod
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
@@ -143,7 +144,7 @@ class WeightSubscriber(abc.ABC):
         """The error for a wait that expired: who waited, for what, for how long."""
         return SyncError(
             f"{self.endpoint} waited {timeout_s:g} s for {what} and gave up "
-            f"(newest applied version: {self.version}). Is trainer 0 alive? "
+            f"(newest applied version: {self.version}). Is {self.upstream} alive? "
             f"Raise sync.timeout_s if it is just slow."
             + (f" Cause: {cause}" if cause else "")
         )

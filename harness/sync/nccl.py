@@ -26,12 +26,12 @@ def _device(endpoint: Endpoint, groups: Groups) -> str:
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
     device = _device(endpoint, groups)
     assert groups.sync_nccl is not None  # _device refuses a job without one
-    sink = BroadcastSink(endpoint, groups.sync_nccl, cfg.timeout_s)
+    sink = BroadcastSink(endpoint, groups.sync_nccl, cfg.timeout_s, groups.store)
     return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype, device)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
     device = _device(endpoint, groups)
     assert groups.sync_nccl is not None  # _device refuses a job without one
-    source = BroadcastSource(endpoint, groups.sync_nccl, root=0)
+    source = BroadcastSource(endpoint, groups.sync_nccl, 0, groups.store)
     return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype, device=device)

@@ -18,10 +18,10 @@ if TYPE_CHECKING:  # the config module imports the scheme registry, so only for 
 
 
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
-    sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s)
+    sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store)
     return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, header_only=True)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
-    source = BroadcastSource(endpoint, groups.sync, root=0)
+    source = BroadcastSource(endpoint, groups.sync, 0, groups.store)
     return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, header_only=True)

@@ -2,7 +2,7 @@
 
 Layout: a control block, then ``slots`` slots of one payload each::
 
-    control  [latest slot, creator pid, slots, version[0], ..., version[slots - 1]]
+    control  [latest slot, creator pid, slots, bell, version[0], ..., version[slots - 1]]
     slot i   packed payload
 
 Every slot has a lock: an open-file-description record lock on byte ``i`` of
@@ -11,7 +11,9 @@ slot exclusively while it fills it, then points ``latest`` at it. It never
 waits: it tries the slots other than ``latest``, oldest first, without
 blocking, and takes the first that is free. A reader holds the lock of the
 slot it uses, shared, until it moves to a newer one; with one slot per reader
-plus two, a free slot always exists.
+plus two, a free slot always exists. After each write the writer rings the
+bell (adds one to it and wakes its sleepers, :mod:`harness.sync.futex`): a
+reader waiting for an update sleeps on the bell instead of polling.
 
 A reader applies an update without copying it: it releases its slot, locks
 the latest one and points its policy's parameters at that slot's bytes
@@ -22,10 +24,11 @@ reader casts the slot into its own buffer instead.) Locks are kernel objects:
 taking one orders memory like any system call, and a dead process's locks are
 released with it, so a killed reader never pins a slot.
 
-Segments are named ``harness-<uid>-<creator pid>-<token>-n<node>``, created
-with mode 0600 (private to the user) and unlinked by the creator at exit; if
-the creator was SIGKILLed, Python's resource tracker, a surviving reader, or
-the next run's creator (which removes segments whose creator is dead) does it.
+Segments (:mod:`harness.sync.shm_files`: names, memory, clean-up) are
+created with mode 0600 (private to the user) and unlinked by the creator at
+exit; if the creator was SIGKILLed, Python's resource tracker, a surviving
+reader, or the next run's creator (which removes segments whose creator is
+dead) does it.
 """
 
 from __future__ import annotations
@@ -35,44 +38,23 @@ import errno
 import fcntl
 import mmap
 import os
-import secrets
 import struct
 import time
 from multiprocessing import resource_tracker, shared_memory
-from pathlib import Path
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from harness.sync import futex
 from harness.sync.contract import Header, PayloadFactory, SyncError
 from harness.sync.payload import Payload
+from harness.sync.shm_files import alive, new_name, remove_stale_segments, reserve
 
-LATEST, PID, SLOTS, VERSION = 0, 1, 2, 3  # control words
-PREFIX = f"harness-{os.getuid()}-"
+LATEST, PID, SLOTS, BELL, VERSION = 0, 1, 2, 3, 4  # control words
+CONTROL = VERSION  # control words before the per-slot versions
 MAX_RETRIES = 1000
-SPIN_S = 0.001
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
-    """Unlink this user's harness segments whose creator process is dead."""
-    removed = []
-    for path in shm_dir.glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
+DEAD_WRITER_CHECK_S = 0.1  # a waiting reader notices a dead writer this soon
 
 
 def _ofd_lock(fd: int, slot: int, kind: int) -> bool:
@@ -99,7 +81,8 @@ class Segment:
 
     def __init__(self, name: str, buf: memoryview, fd: int, slot_bytes: int, slots: int, owner: bool, closer):
         self.name, self.fd, self.slot_bytes, self.owner, self._closer = name, fd, slot_bytes, owner, closer
-        self.control = np.ndarray((3 + slots,), dtype=np.int64, buffer=buf)
+        self.control = np.ndarray((CONTROL + slots,), dtype=np.int64, buffer=buf)
+        self.bell = self.control.ctypes.data + BELL * 8  # the address sleepers wait on
         offset, stride = self.control_bytes(slots), -(-slot_bytes // 64) * 64
         self.slots = [torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)]
         self.nbytes = len(buf)
@@ -107,7 +90,7 @@ class Segment:
 
     @staticmethod
     def control_bytes(slots: int) -> int:
-        return -(-(3 + slots) * 8 // 64) * 64
+        return -(-(CONTROL + slots) * 8 // 64) * 64
 
     @classmethod
     def size_for(cls, slot_bytes: int, slots: int) -> int:
@@ -116,13 +99,20 @@ class Segment:
     @classmethod
     def create(cls, slot_bytes: int, slots: int, node: int) -> "Segment":
         remove_stale_segments()
-        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}-n{node}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size_for(slot_bytes, slots))  # mode 0600
+        name, size = new_name(node), cls.size_for(slot_bytes, slots)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)  # mode 0600
         assert shm.buf is not None  # None only once closed
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            reserve(fd, name, size, slots)
+        except SyncError:
+            os.close(fd)
+            shm.close()
+            shm.unlink()
+            raise
         segment = cls(name, shm.buf, fd, slot_bytes, slots, owner=True, closer=shm.close)
         segment.control[:] = -1  # no latest slot, every slot's version -1
-        segment.control[PID], segment.control[SLOTS] = os.getpid(), slots
+        segment.control[PID], segment.control[SLOTS], segment.control[BELL] = os.getpid(), slots, 0
         return segment
 
     @classmethod
@@ -134,7 +124,7 @@ class Segment:
         try:
             size = os.fstat(fd).st_size
             mapping = mmap.mmap(fd, size)
-            slots = int(np.ndarray((3,), dtype=np.int64, buffer=mapping)[SLOTS]) if size >= 24 else 0
+            slots = int(np.ndarray((CONTROL,), dtype=np.int64, buffer=mapping)[SLOTS]) if size >= CONTROL * 8 else 0
             if slots < 1 or size < cls.size_for(slot_bytes, slots):
                 mapping.close()
                 raise SyncError(f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} slots of {slot_bytes}")
@@ -172,7 +162,7 @@ class Segment:
             self._closer()
         except BufferError:
             pass  # a policy still views a slot; the mapping goes with the process
-        if self.owner or not _alive(creator):  # a surviving reader cleans up after a dead writer
+        if self.owner or not alive(creator):  # a surviving reader cleans up after a dead writer
             try:
                 _posixshmem.shm_unlink("/" + self.name)
             except FileNotFoundError:
@@ -213,6 +203,8 @@ class ShmSink:
         finally:
             segment.lock(slot, fcntl.F_UNLCK)
         control[LATEST] = slot
+        control[BELL] += 1
+        futex.wake(segment.bell)
 
     def close(self) -> None:
         if self.segment is not None:
@@ -272,25 +264,20 @@ class ShmSource:
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
         assert self.segment is not None  # open() attached it
-        start = last_check = time.monotonic()
-        writer = int(self.segment.control[PID])
+        start = time.monotonic()
+        control, writer = self.segment.control, int(self.segment.control[PID])
         while True:
+            rung = int(control[BELL])  # read before looking: a write after it makes the sleep return at once
             header = self.poll_into(live)
             if header is not None:
                 return header
-            now = time.monotonic()
-            if now - start > timeout_s:
+            left = start + timeout_s - time.monotonic()
+            if left <= 0:
                 raise SyncError(f"nothing new in shared-memory segment {self.segment.name} for {timeout_s:g} s")
-            if now - last_check > 0.1:  # a dead writer never writes again: fail now, not at the timeout
-                if not _alive(writer):
-                    raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
-                last_check = now
-            # Spin (yielding the core) for the first millisecond: an update that is
-            # being written lands within it; then sleep between checks.
-            if now - start < SPIN_S:
-                os.sched_yield()
-            else:
-                time.sleep(self.poll_interval_s)
+            if not alive(writer):  # a dead writer never writes again: fail now, not at the timeout
+                raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
+            # Sleep until the writer rings, waking every 0.1 s to check that it is alive.
+            futex.wait(self.segment.bell, rung, min(left, DEAD_WRITER_CHECK_S), self.poll_interval_s)
 
     def close(self) -> None:
         if self.segment is not None:
