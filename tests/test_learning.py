@@ -15,18 +15,11 @@ def returns(run_dir) -> list[float]:
     return column(rows(run_dir), "train/episode_return")
 
 
-@pytest.mark.parametrize("preset", ["sac_pendulum", "td3_pendulum"])
-def test_continuous_control_learns_pendulum(workdir, preset):
-    out = run_harness([f"experiment={preset}", "collector.total_frames=7168", "eval.every_frames=0", "logger.console=false",
-                       "run_dir=run"], workdir, nproc=1, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    curve = returns(workdir / "run")
-    assert max(curve[-2:]) > -700, curve
-
-
-def test_bf16_autocast_learns_pendulum_as_float32_does(workdir):
-    """algo.amp=bf16 (docs/gpu.md): TD3's check above, with its losses computed in bfloat16."""
-    out = run_harness(["experiment=td3_pendulum", "algo.amp=bf16", "collector.total_frames=7168", "eval.every_frames=0",
+# SAC learns with its losses in bfloat16 (algo.amp=bf16, docs/gpu.md: 1.27x faster on this CPU), TD3 in float32:
+# one run each covers both precisions.
+@pytest.mark.parametrize("preset, amp", [("sac_pendulum", "bf16"), ("td3_pendulum", "off")])
+def test_continuous_control_learns_pendulum(workdir, preset, amp):
+    out = run_harness([f"experiment={preset}", f"algo.amp={amp}", "collector.total_frames=7168", "eval.every_frames=0",
                        "logger.console=false", "run_dir=run"], workdir, nproc=1, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     curve = returns(workdir / "run")
