@@ -3,13 +3,18 @@
     scripts/offline_check.sh                    # Pendulum (about 15 minutes on 2 cores)
     scripts/offline_check.sh --task hopper      # Hopper (SAC to 1M frames first: a bigger machine)
     scripts/offline_check.sh --seeds 1 2 3
+    scripts/offline_check.sh --dataset-seed 2   # a second dataset of the same behaviour policy
+    scripts/offline_check.sh --root /tmp/offline --algos cql --out /tmp/offline/results.md
 
 As D4RL's "medium": SAC is trained to expert level (its final policy is the
 expert reference); a second SAC run keeps a checkpoint every few hundred
 frames, and the first one whose stochastic policy scores inside the task's
 band writes the dataset. Then the ``iql_<task>`` and ``cql_<task>`` presets
 learn from it through torchrun (1 trainer + NPROC-1 evaluating collectors).
-Everything lands in runs/offline/ and datasets/; existing datasets are reused.
+Everything lands in runs/offline/ and datasets/ under ``--root`` (default: the
+repository); existing datasets and SAC runs are reused. ``--dataset-seed N``
+(default 1) seeds the dataset's rollouts: the same SAC checkpoint, other
+episodes, in ``datasets/<task>-medium-seedN`` (seed 1 keeps ``<task>-medium``).
 """
 
 from __future__ import annotations
@@ -44,17 +49,20 @@ def torchrun(nproc: int, module: str, *overrides: str) -> None:
     run([str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", module, *overrides])
 
 
-def make_dataset(task: str, nproc: int) -> Path:
-    spec, out = TASKS[task], ROOT / "datasets" / f"{task}-medium"
-    if (out / "meta.json").exists():
-        return out
-    runs = ROOT / "runs" / "offline"
+def behaviour_checkpoint(task: str, nproc: int, runs: Path) -> Path:
+    """The first checkpoint of the short SAC run whose policy scores inside the task's band (training the
+    expert and that run first if they are missing); the choice is kept in the run, so that datasets of
+    other seeds come from the same behaviour policy without probing again."""
+    spec = TASKS[task]
     expert, medium = runs / f"{task}-sac-expert", runs / f"{task}-sac-medium"
     if not (expert / "checkpoints").exists():
         torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={expert}", "logger.console=false")
     if not (medium / "checkpoints").exists():
         torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={medium}", "logger.console=false",
                  f"collector.total_frames={spec['frames']}", f"checkpoint.every_frames={spec['every']}", "checkpoint.keep=1000")
+    chosen = medium / "behaviour_checkpoint.txt"
+    if chosen.exists():
+        return medium / "checkpoints" / chosen.read_text().strip()
     low, high = spec["band"]
     probe = runs / f"{task}-probe"
     for checkpoint in sorted((medium / "checkpoints").glob("step-*")):
@@ -64,10 +72,22 @@ def make_dataset(task: str, nproc: int) -> Path:
         behaviour = dataset.load(probe)[1].behaviour_return
         print(f"{checkpoint.name}: behaviour return {behaviour:.1f}", flush=True)
         if low <= behaviour <= high:
-            torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}",
-                     f"frames={spec['size']}", f"reference.expert_policy={expert}", "reference.episodes=20")
-            return out
+            chosen.write_text(checkpoint.name + "\n")
+            return checkpoint
     raise SystemExit(f"no checkpoint of {medium} scores inside {spec['band']}: change the band or the run")
+
+
+def make_dataset(task: str, nproc: int, root: Path, seed: int) -> Path:
+    """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written unless it exists."""
+    spec = TASKS[task]
+    out = root / "datasets" / (f"{task}-medium" if seed == 1 else f"{task}-medium-seed{seed}")
+    if (out / "meta.json").exists():
+        return out
+    runs = root / "runs" / "offline"
+    checkpoint = behaviour_checkpoint(task, nproc, runs)
+    torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}", f"frames={spec['size']}",
+             f"reference.expert_policy={runs / f'{task}-sac-expert'}", "reference.episodes=20", f"seed={seed}")
+    return out
 
 
 def replace_section(out: Path, section: str) -> None:
@@ -88,16 +108,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="pendulum")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--dataset-seed", type=int, default=1, help="seed of the dataset's rollouts (default 1)")
+    parser.add_argument("--algos", nargs="*", choices=("iql", "cql"), default=["iql", "cql"],
+                        help="presets to train on the dataset (none: only make the dataset)")
+    parser.add_argument("--root", type=Path, default=ROOT, help="where datasets/ and runs/offline/ go (default: the repository)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md",
+                        help="the markdown file whose section for this dataset is replaced (its rows: the presets run)")
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
-    data = make_dataset(args.task, nproc)
+    data = make_dataset(args.task, nproc, args.root.resolve(), args.dataset_seed)
+    if not args.algos:
+        return
     _, meta = dataset.load(data)
     lines = []
-    for algo in ("iql", "cql"):
+    other = "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"  # its runs and section are its own
+    suffix = other and f"-data{args.dataset_seed}"
+    for algo in args.algos:
         finals, walls = [], []
         for seed in args.seeds:
-            run_dir = ROOT / "runs" / "offline" / f"{algo}_{args.task}-seed{seed}"
+            run_dir = args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}"
             start = time.monotonic()
             torchrun(nproc, "harness.train", f"experiment={algo}_{args.task}", f"dataset={data}", f"seed={seed}",
                      f"run_dir={run_dir}", "checkpoint.resume=false", "logger.console=false")
@@ -113,10 +142,10 @@ def main() -> None:
                      f"{meta.behaviour_return:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |")
         print(lines[-1], flush=True)
     section = (
-        f"\n## Offline: IQL and CQL on {meta.env} medium\n\n"
-        f"Made by `scripts/offline_check.sh --task {args.task}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
+        f"\n## Offline: IQL and CQL on {meta.env} medium{other and f' (dataset seed {args.dataset_seed})'}\n\n"
+        f"Made by `scripts/offline_check.sh --task {args.task}{other}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
         "collector(s) through torchrun, 2-core no-GPU machine).\n"
-        f"Dataset `{data.relative_to(ROOT)}`: {meta.transitions:,} transitions of a SAC policy stopped early; "
+        f"Dataset `{data.relative_to(ROOT) if data.is_relative_to(ROOT) else data}`: {meta.transitions:,} transitions of a SAC policy stopped early; "
         f"behaviour return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert {meta.expert_return:.1f} "
         "(the fully trained SAC policy, deterministic).\n"
         "Final return: per seed, the mean `eval/return` of the last three evaluations (10 deterministic episodes each); "

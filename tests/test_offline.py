@@ -158,6 +158,28 @@ def test_cql_penalty_hand_checked():
 
 
 @pytest.mark.unit
+def test_reward_scale_multiplies_the_rewards_cql_learns_from():
+    """The TD target is ``reward_scale * r + gamma * Q'(s', pi(s'))``: from the same start, the logged mean
+    target moves by exactly ``(1 - scale) * r``, and the dataset keeps its rewards. CQL logs its diagnostics."""
+    data = random_transitions(256)
+    data["reward"].fill_(-2.0)
+
+    def first_update(scale: float) -> dict[str, float]:
+        torch.manual_seed(0)
+        cql = CQL(CQLConfig(batch_size=256, n_actions=2, compile=False, reward_scale=scale), PENDULUM, 0)
+        cql.use_dataset(data)
+        return {k: float(v) for k, v in cql.update([], 0).items()}
+
+    full, scaled = first_update(1.0), first_update(0.25)
+    assert full["train/target_q"] - scaled["train/target_q"] == pytest.approx(-1.5, abs=1e-4)
+    assert bool((data["reward"] == -2.0).all())
+    assert all(math.isfinite(scaled[f"train/{k}"]) for k in ("q_random", "q_policy", "q1"))
+    assert 0 < scaled["train/policy_share"] < 1  # the pi(s), pi(s') samples' share of the soft maximum
+    with pytest.raises(ValueError, match="algo.reward_scale=0 is out of range"):
+        CQLConfig(reward_scale=0.0)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("algo,spec", [(IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
                                        (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
                                        (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE)],

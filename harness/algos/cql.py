@@ -96,8 +96,9 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         uniform = torch.full((b, n), self.uniform_log_density, device=obs.device)
         return sampled, torch.cat([uniform, logp_now, logp_next[:, 1:]], 1), pi_next[:, 0]
 
-    def critic_losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Both critics' TD loss, each critic's conservative gap ``[2]``, and Q on the dataset's actions ``[2, B]``."""
+    def critic_losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Both critics' TD loss, each critic's conservative gap ``[2]``, Q on the dataset's actions ``[2, B]``,
+        and diagnostics: mean Q on the uniform and the pi(s) samples, mean TD target."""
         obs, next_obs = batch["obs"], batch["next_obs"]
         sampled, log_density, next_action = self.sampled_actions(obs, next_obs)
         # TD targets (no entropy bonus in the backup, as CORL's default).
@@ -108,12 +109,16 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         q_data = q[..., 0]
         td_loss = (q_data - target).pow(2).mean(1).sum()
         # The conservative penalty over uniform actions and the policy's at s and s', per critic.
-        return td_loss, cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature), q_data
+        n = self.cfg.n_actions
+        weights = torch.softmax((q[..., 1:].detach() - log_density) / self.cfg.temperature, -1)
+        diagnostics = {"train/q_random": q[..., 1 : 1 + n].detach().mean(), "train/q_policy": q[..., 1 + n : 1 + 2 * n].detach().mean(),
+                       "train/target_q": target.mean(), "train/policy_share": weights[..., n:].sum(-1).mean()}
+        return td_loss, cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature), q_data, diagnostics
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         metrics = self.actor_step(batch["obs"])
-        td_loss, gaps, q_data = self.critic_losses(batch)
+        td_loss, gaps, q_data, diagnostics = self.critic_losses(batch)
         if cfg.lagrange:
             alpha_prime = self.alpha_prime().clamp(0.0, 1e6)
             penalty = alpha_prime.detach() * cfg.cql_alpha * (gaps - cfg.target_action_gap).sum()
@@ -123,5 +128,5 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         step(self.q_optimizer, td_loss + penalty)
         if self.gradient_steps % cfg.target_update_every == 0:
             self.critics.update_targets(cfg.tau)
-        return {**metrics, "train/td_loss": td_loss.detach(), "train/cql_gap": gaps.detach().mean(),
+        return {**metrics, **diagnostics, "train/td_loss": td_loss.detach(), "train/cql_gap": gaps.detach().mean(),
                 "train/alpha_prime": self.alpha_prime().detach(), "train/q1": q_data[0].detach().mean()}

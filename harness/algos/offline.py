@@ -4,7 +4,7 @@ samples of a fixed dataset (``dataset=<path>``), no environment frames.
 Collectors only evaluate the weights trainer 0 publishes, so progress is
 counted in gradient steps: ``algo.gradient_steps`` is the run's length, and
 ``logger.log_every_frames`` / ``checkpoint.every_frames`` count gradient
-steps too.
+steps too. Each sampled batch's rewards are multiplied by ``algo.reward_scale``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ class OfflineConfig(AlgoConfig):
     gradient_steps: int = 1_000_000  # the run's length
     batch_size: int = 256  # transitions per gradient step
     gamma: float = 0.99  # discount
+    # Rewards are multiplied by this before learning (returns and eval/return stay in the env's units). Penalty
+    # and temperature weights (cql_alpha, IQL's beta) are tuned for rewards of about 1 per step: CORL scales
+    # D4RL locomotion rewards by episode length / (best - worst episode return) for that. docs/offline.md.
+    reward_scale: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -58,6 +62,8 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
         batch = self.to_device.sample(self.data, index)
+        if self.cfg.reward_scale != 1.0:
+            batch["reward"] = batch["reward"] * self.cfg.reward_scale
         with self.autocast():
             return self.learn(batch)
 
