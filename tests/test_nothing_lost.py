@@ -35,7 +35,7 @@ def finished_run(workdir) -> Path:
 @pytest.mark.parametrize("override, message", [
     ("env=acrobot", "env.id: CartPole-v1 -> Acrobot-v1"),
     ("seed=2", "seed: 1 -> 2"),
-    ("algo.lr=1e-3", "algo.lr: 0.00025 -> 0.001"),
+    ("algo.lr=5e-4", "algo.lr: 0.001 -> 0.0005"),
     ("checkpoint.resume=false", "checkpoint.resume=false would mix the two runs"),
 ])
 def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finished_run, override, message):
