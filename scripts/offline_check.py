@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from harness.data import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,6 +136,7 @@ def main() -> None:
             rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
             finals.append(statistics.mean(float(r["eval/return"]) for r in rows[-3:]))  # last three evaluations
         steps = int(rows[-1]["gradient_steps"])
+        episodes = OmegaConf.load(run_dir / "config.yaml").eval.episodes  # the presets' (IQL's and CQL's are the same)
         mean = statistics.mean(finals)
         spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
         norm = meta.normalized(mean)
@@ -148,7 +151,7 @@ def main() -> None:
         f"Dataset `{data.relative_to(ROOT) if data.is_relative_to(ROOT) else data}`: {meta.transitions:,} transitions of a SAC policy stopped early; "
         f"behaviour return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert {meta.expert_return:.1f} "
         "(the fully trained SAC policy, deterministic).\n"
-        "Final return: per seed, the mean `eval/return` of the last three evaluations (10 deterministic episodes each); "
+        f"Final return: per seed, the mean `eval/return` of the last three evaluations ({episodes} deterministic episodes each); "
         "normalised: `100 * (R - random) / (expert - random)`.\n\n"
         "| algorithm | dataset | gradient steps | seeds | final return | normalised | behaviour return | wall time |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
