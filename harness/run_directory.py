@@ -24,6 +24,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from harness import checkpoint
+from harness.algos import ALGOS
 from harness.config import Config
 
 # Settings a resumed run may change: how long it runs, how it is watched and
@@ -49,12 +50,26 @@ def flat(config: Any, prefix: str = "") -> dict[str, Any]:
     return {key: value for k, v in config.items() for key, value in flat(v, f"{prefix}.{k}" if prefix else str(k)).items()}
 
 
+def schema_defaults(algo: str) -> dict[str, Any]:
+    """Every setting's default, flat: what a harness without the setting did."""
+    schema = OmegaConf.structured(Config)
+    schema.algo = OmegaConf.structured(ALGOS[algo].Config)
+    return flat(OmegaConf.to_container(schema, resolve=False))
+
+
 def differences(saved: dict, new: dict) -> list[str]:
-    """``key: old -> new`` for each value that differs (or exists on one side
-    only), but for the settings a resume may change."""
+    """``key: old -> new`` for each value that differs, but for the settings a
+    resume may change. A setting the saved config lacks (a harness older than
+    the setting wrote it) reads as its default, so upgrading the harness does
+    not strand a run; one the new config lacks reads as ``<absent>``."""
     old, now = flat(saved), flat(new)
+    default = schema_defaults(str(now.get("algo.name", old.get("algo.name"))))
     keys = sorted(k for k in set(old) | set(now) if not k.startswith(MAY_CHANGE))
-    return [f"{k}: {old.get(k, '<absent>')} -> {now.get(k, '<absent>')}" for k in keys if old.get(k, "<absent>") != now.get(k, "<absent>")]
+
+    def before(k: str) -> Any:
+        return old.get(k, default.get(k, "<absent>"))
+
+    return [f"{k}: {before(k)} -> {now.get(k, '<absent>')}" for k in keys if before(k) != now.get(k, "<absent>")]
 
 
 def used_by_an_earlier_run(run_dir: Path) -> list[str]:

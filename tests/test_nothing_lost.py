@@ -13,7 +13,7 @@ import torch
 from helpers import ROOT, rows, run_harness
 from tensordict import TensorDict
 
-from harness import checkpoint
+from harness import checkpoint, run_directory
 from harness.data import dataset
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
@@ -44,6 +44,14 @@ def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finish
     assert out.returncode != 0
     assert message in out.stdout + out.stderr
     assert snapshot(finished_run) == before
+
+
+@pytest.mark.unit
+def test_a_run_saved_before_a_setting_existed_resumes_when_the_setting_keeps_its_default():
+    saved = {"algo": {"name": "cql", "cql_alpha": 10.0}, "seed": 1}  # written by a harness without algo.amp
+    assert run_directory.differences(saved, {"algo": {"name": "cql", "cql_alpha": 10.0, "amp": "off"}, "seed": 1}) == []
+    assert run_directory.differences(saved, {"algo": {"name": "cql", "cql_alpha": 10.0, "amp": "bf16"}, "seed": 1}) == [
+        "algo.amp: off -> bf16"]
 
 
 @pytest.mark.e2e
