@@ -58,9 +58,18 @@ NUM_ENVS, STEPS = 8, 64
 def config(env_name: str):
     register_configs()
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
-        return load(compose("config", overrides=[
-            f"env={env_name}", "collector.mode=async", f"collector.num_envs={NUM_ENVS}",
-            f"collector.frames_per_batch={NUM_ENVS * STEPS}", "collector.max_policy_lag=1000000"]))
+        return load(
+            compose(
+                "config",
+                overrides=[
+                    f"env={env_name}",
+                    "collector.mode=async",
+                    f"collector.num_envs={NUM_ENVS}",
+                    f"collector.frames_per_batch={NUM_ENVS * STEPS}",
+                    "collector.max_policy_lag=1000000",
+                ],
+            )
+        )
 
 
 @torch.no_grad()
@@ -104,7 +113,9 @@ def collector_job(rank: int, world: int, env_id: str, batches: int) -> None | li
     publisher.connect({"policy": policy})
     from harness.collect.rollout import batch_template
 
-    receiver = BatchReceiver(groups.data, 0, [1], batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS), 60)
+    receiver = BatchReceiver(
+        groups.data, 0, [1], batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS), 60
+    )
     publisher.publish(Header(0))
     for _ in range(batches + 1):  # the first batch includes start-up
         receiver.receive_any()
@@ -116,9 +127,17 @@ def collector_job(rank: int, world: int, env_id: str, batches: int) -> None | li
 
 def end_to_end(collectors: int, frames: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={collectors + 1}",
-               "-m", "harness.train", f"collector.total_frames={frames}", "logger.log_every_frames=5120",
-               "logger.console=false", f"run_dir={tmp}/run"]
+        cmd = [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--standalone",
+            f"--nproc_per_node={collectors + 1}",
+            "-m",
+            "harness.train",
+            f"collector.total_frames={frames}",
+            "logger.log_every_frames=5120",
+            "logger.console=false",
+            f"run_dir={tmp}/run",
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True)
         rows = list(csv.DictReader(open(f"{tmp}/run/metrics.csv")))
@@ -146,13 +165,28 @@ def main() -> None:
             if {status for status, _ in result.values()} != {"ok"}:
                 raise RuntimeError(result)
             runs.append(result[1][1])
-        ratio = {clock: statistics.median(c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs) for clock in (0, 1)}
-        rows += [{"case": f"bare/{env_id}", "frames_per_s": statistics.median(x[0] for b, _, a in runs for x in (b, a)),
-                  "frames_per_cpu_s": statistics.median(x[1] for b, _, a in runs for x in (b, a))},
-                 {"case": f"collector/{env_id}", "frames_per_s": statistics.median(c[0] for _, c, _ in runs),
-                  "frames_per_cpu_s": statistics.median(c[1] for _, c, _ in runs), "vs_bare": ratio[0], "vs_bare_cpu": ratio[1]}]
-        print(f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector {rows[-1]['frames_per_s']:9,.0f} fps   "
-              f"ratio {ratio[0]:.2f} (per CPU second: {ratio[1]:.2f}; medians of {args.repeats} launches)", flush=True)
+        ratio = {
+            clock: statistics.median(c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs) for clock in (0, 1)
+        }
+        rows += [
+            {
+                "case": f"bare/{env_id}",
+                "frames_per_s": statistics.median(x[0] for b, _, a in runs for x in (b, a)),
+                "frames_per_cpu_s": statistics.median(x[1] for b, _, a in runs for x in (b, a)),
+            },
+            {
+                "case": f"collector/{env_id}",
+                "frames_per_s": statistics.median(c[0] for _, c, _ in runs),
+                "frames_per_cpu_s": statistics.median(c[1] for _, c, _ in runs),
+                "vs_bare": ratio[0],
+                "vs_bare_cpu": ratio[1],
+            },
+        ]
+        print(
+            f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector {rows[-1]['frames_per_s']:9,.0f} fps   "
+            f"ratio {ratio[0]:.2f} (per CPU second: {ratio[1]:.2f}; medians of {args.repeats} launches)",
+            flush=True,
+        )
     for collectors in () if args.no_e2e else (1, 2):
         fps = end_to_end(collectors, 102_400)
         rows.append({"case": f"e2e/{collectors}_collector{'s' if collectors > 1 else ''}", "frames_per_s": fps})

@@ -45,7 +45,12 @@ class Actor(nn.Module):
 
     def __init__(self, obs: int, act: int):
         super().__init__()
-        self.fc1, self.fc2, self.fc_mean, self.fc_logstd = nn.Linear(obs, 256), nn.Linear(256, 256), nn.Linear(256, act), nn.Linear(256, act)
+        self.fc1, self.fc2, self.fc_mean, self.fc_logstd = (
+            nn.Linear(obs, 256),
+            nn.Linear(256, 256),
+            nn.Linear(256, act),
+            nn.Linear(256, act),
+        )
 
     def get_action(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = F.relu(self.fc2(F.relu(self.fc1(x))))
@@ -59,9 +64,18 @@ class Actor(nn.Module):
 def parts(d: TensorDict, device: str, q_lr: float = 3e-4) -> SimpleNamespace:
     """The batch's tensors, a SAC actor, twin critics with targets and their Adam, as CleanRL names them."""
     obs, act = d["obs"].shape[1], d["action"].shape[1]
-    n = SimpleNamespace(o=d["obs"], a=d["action"], r=d["reward"], o2=d["next_obs"], done=d["terminated"].float(), step=0,
-                        actor=Actor(obs, act).to(device), qf1=q_net(obs + act).to(device), qf2=q_net(obs + act).to(device),
-                        log_alpha=torch.zeros(1, requires_grad=True, device=device))
+    n = SimpleNamespace(
+        o=d["obs"],
+        a=d["action"],
+        r=d["reward"],
+        o2=d["next_obs"],
+        done=d["terminated"].float(),
+        step=0,
+        actor=Actor(obs, act).to(device),
+        qf1=q_net(obs + act).to(device),
+        qf2=q_net(obs + act).to(device),
+        log_alpha=torch.zeros(1, requires_grad=True, device=device),
+    )
     n.qf1_t, n.qf2_t = copy.deepcopy(n.qf1), copy.deepcopy(n.qf2)
     n.q_opt = torch.optim.Adam([*n.qf1.parameters(), *n.qf2.parameters()], lr=q_lr)
     return n
@@ -100,6 +114,7 @@ def reference_sac(d: TensorDict, device: str) -> Step:
             actor_loss.item()
         polyak(0.005, (n.qf1_t, n.qf1), (n.qf2_t, n.qf2))
         qf_loss.item()
+
     return step
 
 
@@ -122,6 +137,7 @@ def reference_td3(d: TensorDict, device: str) -> Step:
             polyak(0.005, (actor_t, actor), (n.qf1_t, n.qf1), (n.qf2_t, n.qf2))
             actor_loss.item()
         qf_loss.item()
+
     return step
 
 
@@ -138,6 +154,7 @@ def reference_dqn(d: TensorDict, device: str) -> Step:
         if n.step % 50 == 0:
             polyak(1.0, (target, q))
         loss.item()
+
     return step
 
 
@@ -163,6 +180,7 @@ def reference_iql(d: TensorDict, device: str) -> Step:
         descend(a_opt, actor_loss)
         polyak(0.005, (n.qf1_t, n.qf1), (n.qf2_t, n.qf2))
         v_loss.item(), q_loss.item(), actor_loss.item()
+
     return step
 
 
@@ -180,15 +198,21 @@ def reference_cql(d: TensorDict, device: str, k: int) -> Step:
             a2, _ = n.actor.get_action(n.o2)
             x2 = torch.cat([n.o2, a2], 1)
             target = n.r + (1 - n.done) * 0.99 * torch.min(n.qf1_t(x2), n.qf2_t(x2)).view(-1)
-            kinds = [(torch.rand(b * k, n.a.shape[1], device=device) * 4 - 2, uniform),
-                     n.actor.get_action(o_rep), n.actor.get_action(o2_rep)]
+            kinds = [
+                (torch.rand(b * k, n.a.shape[1], device=device) * 4 - 2, uniform),
+                n.actor.get_action(o_rep),
+                n.actor.get_action(o2_rep),
+            ]
         x, gaps = torch.cat([n.o, n.a], 1), []
         q_data = [n.qf1(x).view(-1), n.qf2(x).view(-1)]
         td_loss = F.mse_loss(q_data[0], target) + F.mse_loss(q_data[1], target)
         for qf, q in zip((n.qf1, n.qf2), q_data):
-            soft_max = torch.logsumexp(torch.cat([(qf(torch.cat([o_rep, acts], 1)) - logp).view(b, k) for acts, logp in kinds], 1), 1)
+            soft_max = torch.logsumexp(
+                torch.cat([(qf(torch.cat([o_rep, acts], 1)) - logp).view(b, k) for acts, logp in kinds], 1), 1
+            )
             gaps.append((soft_max - q).mean())
         descend(n.q_opt, td_loss + 5.0 * (gaps[0] + gaps[1]))
         polyak(0.005, (n.qf1_t, n.qf1), (n.qf2_t, n.qf2))
         td_loss.item(), actor_loss.item()
+
     return step

@@ -69,15 +69,22 @@ def worker(opts: dict) -> None:
     torch.set_num_threads(1)
     register_configs()
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
-        cfg = load(compose("config", overrides=[f"sync={opts['scheme']}", "collector.mode=async", "sync.timeout_s=300",
-                                                "dist_timeout_s=300"]))
+        cfg = load(
+            compose(
+                "config", overrides=[f"sync={opts['scheme']}", "collector.mode=async", "sync.timeout_s=300", "dist_timeout_s=300"]
+            )
+        )
     layout = Layout.from_env(1)
     marks["config"] = time.monotonic_ns()
     groups = init_distributed(layout, cfg.dist_timeout_s)
     marks["groups"] = time.monotonic_ns()
     width = max(int((opts["params"] / 50) ** 0.5), 1)
-    models = nn.ModuleDict({"policy": PPO.make_policy(cfg.algo, env_spec(cfg.env.id)),
-                            "ballast": nn.Sequential(*[nn.Linear(width, width) for _ in range(50)])})
+    models = nn.ModuleDict(
+        {
+            "policy": PPO.make_policy(cfg.algo, env_spec(cfg.env.id)),
+            "ballast": nn.Sequential(*[nn.Linear(width, width) for _ in range(50)]),
+        }
+    )
     pack_parameters_(models)  # one buffer, as an algorithm packs what it publishes
     run = trainer if layout.rank == 0 else collector
     result = run(cfg, layout, groups, models, opts)
@@ -89,8 +96,16 @@ def worker(opts: dict) -> None:
             for version, ms in lat.items():
                 latencies.setdefault(version, []).append(ms)
         last = [max(v) for v in latencies.values()]  # each publish: when the last collector had it
-        Path(opts["out"]).write_text(json.dumps({**result, "marks": {k: max(m[k] for m, _ in everyone) for k in marks},
-                                                 "sync_ms": last, "collectors": layout.world_size - 1}))
+        Path(opts["out"]).write_text(
+            json.dumps(
+                {
+                    **result,
+                    "marks": {k: max(m[k] for m, _ in everyone) for k in marks},
+                    "sync_ms": last,
+                    "collectors": layout.world_size - 1,
+                }
+            )
+        )
     dist.destroy_process_group()
 
 
@@ -122,8 +137,14 @@ def trainer(cfg, layout, groups, models, opts) -> dict:
         last = version == 2 + opts["samples"]
         publisher.publish(Header(version, stop=last, values={"t0": time.monotonic(), "phase": 3}))
     publisher.close()
-    return {"first_batch_ns": first_batch_ns, "intake": intake, "channel": channel, "payload_bytes": publisher.payload_bytes,
-            "batch_bytes": receiver.any_wire.numel(), "frames_per_batch": cfg.collector.frames_per_batch}
+    return {
+        "first_batch_ns": first_batch_ns,
+        "intake": intake,
+        "channel": channel,
+        "payload_bytes": publisher.payload_bytes,
+        "batch_bytes": receiver.any_wire.numel(),
+        "frames_per_batch": cfg.collector.frames_per_batch,
+    }
 
 
 def windows(receiver, seconds: int, skip_s: float = 0.0) -> list[float]:
@@ -184,37 +205,55 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
             commands = [([torchrun, "--standalone", f"--nproc_per_node={collectors + 1}", *script], env)]
         else:
             head = pair[0]
-            commands = [(node.torchrun(i, head, collectors // 2 + (i == 0), script, run_id=f"scale-{scheme}-{collectors}"),
-                         {**env, **node.env()}) for i, node in enumerate(pair)]
-        procs = [subprocess.Popen(cmd, env=e, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for cmd, e in commands]
+            commands = [
+                (
+                    node.torchrun(i, head, collectors // 2 + (i == 0), script, run_id=f"scale-{scheme}-{collectors}"),
+                    {**env, **node.env()},
+                )
+                for i, node in enumerate(pair)
+            ]
+        procs = [
+            subprocess.Popen(cmd, env=e, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for cmd, e in commands
+        ]
         errors = [p.communicate(timeout=1800)[1] for p in procs]
         if any(p.returncode for p in procs):
             raise RuntimeError(f"{scheme} with {collectors} collectors on {nodes} node(s) failed:\n" + errors[0][-3000:])
         result = json.loads(Path(opts["out"]).read_text())
     last = result["sync_ms"][1:]  # the first publish of the phase warms up connections and caches
-    return {"collectors": collectors, "nodes": nodes, "scheme": scheme,
-            "startup_s": (result["first_batch_ns"] - launched_ns) / 1e9,
-            "after_imports_s": (result["first_batch_ns"] - result["marks"]["imported"]) / 1e9,
-            # when the last rank had imported, composed its config and made its process groups (from the launch)
-            **{f"{k}_s": (ns - launched_ns) / 1e9 for k, ns in result["marks"].items()},
-            "sync_ms_median": statistics.median(last), "sync_ms_p90": statistics.quantiles(last, n=10)[-1],
-            "intake_frames_per_s": statistics.median(result["intake"]),
-            "channel_frames_per_s": statistics.median(result["channel"]),
-            "channel_mb_per_s": statistics.median(result["channel"]) / result["frames_per_batch"] * result["batch_bytes"] / 1e6,
-            "payload_bytes": result["payload_bytes"], "batch_bytes": result["batch_bytes"]}
+    return {
+        "collectors": collectors,
+        "nodes": nodes,
+        "scheme": scheme,
+        "startup_s": (result["first_batch_ns"] - launched_ns) / 1e9,
+        "after_imports_s": (result["first_batch_ns"] - result["marks"]["imported"]) / 1e9,
+        # when the last rank had imported, composed its config and made its process groups (from the launch)
+        **{f"{k}_s": (ns - launched_ns) / 1e9 for k, ns in result["marks"].items()},
+        "sync_ms_median": statistics.median(last),
+        "sync_ms_p90": statistics.quantiles(last, n=10)[-1],
+        "intake_frames_per_s": statistics.median(result["intake"]),
+        "channel_frames_per_s": statistics.median(result["channel"]),
+        "channel_mb_per_s": statistics.median(result["channel"]) / result["frames_per_batch"] * result["batch_bytes"] / 1e6,
+        "payload_bytes": result["payload_bytes"],
+        "batch_bytes": result["batch_bytes"],
+    }
 
 
 def ratios(rows: list[dict]) -> list[str]:
     """The issue's targets, as ratios within this run."""
+
     def get(nodes, collectors, scheme, key):
         return next((r[key] for r in rows if (r["nodes"], r["collectors"], r["scheme"]) == (nodes, collectors, scheme)), None)
 
     lines = []
     for nodes, schemes in SCHEMES.items():
         for scheme in schemes:
-            for key, (a, b), target in (("startup_s", (32, 2), "<= 4"), ("after_imports_s", (32, 2), ""),
-                                        ("intake_frames_per_s", (8, 2), ">= 0.8"), ("channel_frames_per_s", (8, 2), "")):
+            for key, (a, b), target in (
+                ("startup_s", (32, 2), "<= 4"),
+                ("after_imports_s", (32, 2), ""),
+                ("intake_frames_per_s", (8, 2), ">= 0.8"),
+                ("channel_frames_per_s", (8, 2), ""),
+            ):
                 x, y = get(nodes, a, scheme, key), get(nodes, b, scheme, key)
                 if x and y:
                     lines.append(f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors = {x / y:.2f} {target}")
@@ -238,8 +277,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(json.loads(args.worker))
-    opts = {"params": args.params, "warmup_s": 1 if args.quick else 3, "intake_s": args.intake_s or (2 if args.quick else 8),
-            "samples": args.samples or (5 if args.quick else 20)}
+    opts = {
+        "params": args.params,
+        "warmup_s": 1 if args.quick else 3,
+        "intake_s": args.intake_s or (2 if args.quick else 8),
+        "samples": args.samples or (5 if args.quick else 20),
+    }
     collectors = args.collectors or ([2] if args.quick else COLLECTORS)
     rows = []
     with ExitStack() as stack:
@@ -256,10 +299,13 @@ def main() -> None:
                 for scheme in [s for s in args.schemes or SCHEMES[nodes] if s in SCHEMES[nodes]]:
                     rows.append(launch(nodes, n, scheme, opts, pair))
                     r = rows[-1]
-                    print(f"{nodes} node(s) {n:>3} collectors {scheme:>12}: start-up {r['startup_s']:6.1f} s "
-                          f"({r['after_imports_s']:5.1f} s after imports)  sync {r['sync_ms_median']:8.2f} ms "
-                          f"(p90 {r['sync_ms_p90']:8.2f})  intake {r['intake_frames_per_s']:9,.0f} frames/s  "
-                          f"channel {r['channel_frames_per_s']:9,.0f} frames/s", flush=True)
+                    print(
+                        f"{nodes} node(s) {n:>3} collectors {scheme:>12}: start-up {r['startup_s']:6.1f} s "
+                        f"({r['after_imports_s']:5.1f} s after imports)  sync {r['sync_ms_median']:8.2f} ms "
+                        f"(p90 {r['sync_ms_p90']:8.2f})  intake {r['intake_frames_per_s']:9,.0f} frames/s  "
+                        f"channel {r['channel_frames_per_s']:9,.0f} frames/s",
+                        flush=True,
+                    )
                     if args.json:  # after every case
                         Path(args.json).write_text(json.dumps(rows, indent=1))
     print("\n" + "\n".join(ratios(rows)))

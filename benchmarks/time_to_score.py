@@ -46,9 +46,10 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
     gamma, lam, clip, ent_coef, vf_coef, max_norm = 0.99, 0.95, 0.2, 0.01, 0.5, 0.5
     torch.manual_seed(seed)
     envs = gym.wrappers.vector.RecordEpisodeStatistics(
-        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)]))
+        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
+    )
 
-    def layer(i: int, o: int, std: float = 2 ** 0.5) -> nn.Linear:
+    def layer(i: int, o: int, std: float = 2**0.5) -> nn.Linear:
         lin = nn.Linear(i, o)
         nn.init.orthogonal_(lin.weight, std)
         nn.init.zeros_(lin.bias)
@@ -74,7 +75,10 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
                 logp_buf[t], val_buf[t], act_buf[t] = dist.log_prob(action), critic(obs).squeeze(-1), action
             nxt, reward, term, trunc, info = envs.step(action.numpy())
             rew_buf[t] = torch.as_tensor(reward, dtype=torch.float32)
-            obs, done = torch.as_tensor(nxt, dtype=torch.float32), torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32)
+            obs, done = (
+                torch.as_tensor(nxt, dtype=torch.float32),
+                torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32),
+            )
             if "episode" in info:
                 returns += [float(r) for r, ended in zip(info["episode"]["r"], info["_episode"]) if ended]
             seen += num_envs
@@ -108,8 +112,9 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
                 opt.step()
 
 
-def watch(cmd: list[str], returns: Callable[[str], list[float]], score: float, code: Path = ROOT,
-          timeout: float = 1800) -> tuple[float | None, float]:
+def watch(
+    cmd: list[str], returns: Callable[[str], list[float]], score: float, code: Path = ROOT, timeout: float = 1800
+) -> tuple[float | None, float]:
     """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to ``out.txt`` there,
     and poll ``returns(directory)``, the window returns so far, until it ends.
     Returns (seconds from launch to the first window >= score, or None; seconds to the end)."""
@@ -117,8 +122,9 @@ def watch(cmd: list[str], returns: Callable[[str], list[float]], score: float, c
         return _watch(cmd(tmp), tmp, returns, score, code, timeout)
 
 
-def _watch(cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float, code: Path,
-           timeout: float) -> tuple[float | None, float]:
+def _watch(
+    cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float, code: Path, timeout: float
+) -> tuple[float | None, float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(code)}
     start, reached = time.perf_counter(), None
     with open(f"{tmp}/out.txt", "w") as out:
@@ -142,8 +148,11 @@ def harness_returns(tmp: str) -> list[float]:
     """``train/episode_return`` of each row of the run's metrics.csv."""
     try:
         with open(f"{tmp}/run/metrics.csv", newline="") as f:
-            return [float(r["train/episode_return"]) for r in csv.DictReader(f)
-                    if r.get("train/episode_return") not in (None, "", "nan")]
+            return [
+                float(r["train/episode_return"])
+                for r in csv.DictReader(f)
+                if r.get("train/episode_return") not in (None, "", "nan")
+            ]
     except FileNotFoundError:
         return []
 
@@ -167,32 +176,65 @@ def main() -> None:
     args = parser.parse_args()
     if args.reference_run is not None:
         return reference_ppo(args.reference_run, args.frames, args.log_every)
+
     def harness(tmp: str) -> list[str]:
-        return [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={args.nproc}",
-                "-m", "harness.train", f"seed={seed}", f"collector.total_frames={args.frames}", f"run_dir={tmp}/run",
-                f"logger.log_every_frames={args.log_every}", "logger.console=false", "checkpoint.every_frames=0"]
+        return [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--standalone",
+            f"--nproc_per_node={args.nproc}",
+            "-m",
+            "harness.train",
+            f"seed={seed}",
+            f"collector.total_frames={args.frames}",
+            f"run_dir={tmp}/run",
+            f"logger.log_every_frames={args.log_every}",
+            "logger.console=false",
+            "checkpoint.every_frames=0",
+        ]
 
     def reference(tmp: str) -> list[str]:
-        return [sys.executable, __file__, "--reference-run", str(seed), f"--frames={args.frames}", f"--log-every={args.log_every}"]
+        return [
+            sys.executable,
+            __file__,
+            "--reference-run",
+            str(seed),
+            f"--frames={args.frames}",
+            f"--log-every={args.log_every}",
+        ]
 
     contestants = {"harness": (harness, harness_returns, ROOT), "reference": (reference, reference_returns, ROOT)}
     if args.against:
-        contestants = {"harness": contestants["harness"], "against": (harness, harness_returns, Path(args.against).resolve()),
-                       "reference": contestants["reference"]}
+        contestants = {
+            "harness": contestants["harness"],
+            "against": (harness, harness_returns, Path(args.against).resolve()),
+            "reference": contestants["reference"],
+        }
     runs: dict[str, list[tuple[float | None, float]]] = {name: [] for name in contestants}
     for seed in args.seeds:
         for name, (cmd, returns, code) in contestants.items():
             runs[name].append(watch(cmd, returns, args.score, code))
-        print(f"seed {seed}: " + "   ".join(f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all"
-                                           for k, v in runs.items()), flush=True)
+        print(
+            f"seed {seed}: "
+            + "   ".join(
+                f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all" for k, v in runs.items()
+            ),
+            flush=True,
+        )
     rows = []
     for case, results in runs.items():
         to_score = [r for r, _ in results if r is not None]
-        rows.append({"case": f"{case}/time_to_score", "s": statistics.median(to_score) if to_score else None,
-                     "reached": f"{len(to_score)}/{len(results)}"})
+        rows.append(
+            {
+                "case": f"{case}/time_to_score",
+                "s": statistics.median(to_score) if to_score else None,
+                "reached": f"{len(to_score)}/{len(results)}",
+            }
+        )
         rows.append({"case": f"{case}/time_to_end", "s": statistics.median(e for _, e in results)})
     for row in rows:
-        print(f"{row['case']:>24}: {row['s'] if row['s'] is None else round(row['s'], 1)} s (median){'  reached ' + row['reached'] if 'reached' in row else ''}")
+        print(
+            f"{row['case']:>24}: {row['s'] if row['s'] is None else round(row['s'], 1)} s (median){'  reached ' + row['reached'] if 'reached' in row else ''}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -84,21 +84,30 @@ def limit_of(step: Step, device: str) -> Step:
 
 
 def batch(obs_dim: int, action: torch.Tensor, device: str, n: int = 256) -> TensorDict:
-    return TensorDict(obs=torch.randn(n, obs_dim), next_obs=torch.randn(n, obs_dim), reward=torch.randn(n),
-                      terminated=torch.zeros(n, dtype=torch.bool), action=action, batch_size=[n]).to(device)
+    return TensorDict(
+        obs=torch.randn(n, obs_dim),
+        next_obs=torch.randn(n, obs_dim),
+        reward=torch.randn(n),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        action=action,
+        batch_size=[n],
+    ).to(device)
 
 
-def learner(name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, amp: bool = False,
-            **fields) -> Step:
+def learner(
+    name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, amp: bool = False, **fields
+) -> Step:
     """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
     under ``algo.autocast()``); PPO: one minibatch step."""
     cls = ALGOS[name].for_spec(spec)
     algo = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
     if name == "ppo":
+
         def minibatch() -> None:
             with algo.autocast():
                 loss = algo.losses(data)["loss"]
             step(algo.optimizer, loss)
+
         return minibatch
 
     def learn() -> None:
@@ -106,6 +115,7 @@ def learner(name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str,
             algo.gradient_steps += 1
             with algo.autocast():
                 algo.learn(data)
+
     return learn
 
 
@@ -113,20 +123,38 @@ def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, C
     """(case, algo, env, batch, steps per timing, config fields, reference)."""
     pendulum, cartpole = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
     box, choice = (lambda: torch.rand(256, 1) * 4 - 2), (lambda: torch.randint(0, 2, (256,)))
-    ppo = TensorDict(obs=torch.randn(256, 4), action=choice(), logprob=torch.full((256,), -0.69), advantage=torch.randn(256),
-                     value=torch.randn(256), batch_size=[256]).set("return", torch.randn(256)).to(device)
-    return [("sac", "sac", pendulum, batch(3, box(), device), 2, {}, reference_sac),
-            ("td3", "td3", pendulum, batch(3, box(), device), 2, {}, reference_td3),
-            ("dqn", "dqn", cartpole, batch(4, choice(), device), 1, {}, reference_dqn),
-            ("iql", "iql", pendulum, batch(3, box(), device), 1, {}, reference_iql),
-            ("cql", "cql", pendulum, batch(3, box(), device), 1, {}, lambda d, dev: reference_cql(d, dev, 10)),
-            ("cql_4_actions", "cql", pendulum, batch(3, box(), device), 1, {"n_actions": 4}, lambda d, dev: reference_cql(d, dev, 4)),
-            ("cql_discrete", "cql", cartpole, batch(4, choice(), device), 1, {}, None),
-            ("ppo", "ppo", cartpole, ppo, 1, {}, None)]
+    ppo = (
+        TensorDict(
+            obs=torch.randn(256, 4),
+            action=choice(),
+            logprob=torch.full((256,), -0.69),
+            advantage=torch.randn(256),
+            value=torch.randn(256),
+            batch_size=[256],
+        )
+        .set("return", torch.randn(256))
+        .to(device)
+    )
+    return [
+        ("sac", "sac", pendulum, batch(3, box(), device), 2, {}, reference_sac),
+        ("td3", "td3", pendulum, batch(3, box(), device), 2, {}, reference_td3),
+        ("dqn", "dqn", cartpole, batch(4, choice(), device), 1, {}, reference_dqn),
+        ("iql", "iql", pendulum, batch(3, box(), device), 1, {}, reference_iql),
+        ("cql", "cql", pendulum, batch(3, box(), device), 1, {}, lambda d, dev: reference_cql(d, dev, 10)),
+        ("cql_4_actions", "cql", pendulum, batch(3, box(), device), 1, {"n_actions": 4}, lambda d, dev: reference_cql(d, dev, 4)),
+        ("cql_discrete", "cql", cartpole, batch(4, choice(), device), 1, {}, None),
+        ("ppo", "ppo", cartpole, ppo, 1, {}, None),
+    ]
 
 
-def update_rows(device: str, repeats: int, compiled: bool, only: list[str], amp: bool = False,
-                written: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+def update_rows(
+    device: str,
+    repeats: int,
+    compiled: bool,
+    only: list[str],
+    amp: bool = False,
+    written: Callable[[list[dict]], None] = lambda rows: None,
+) -> list[dict]:
     """Every case's rows; ``written`` gets the rows so far after each case (a run cut short keeps them)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     rows: list[dict] = []
@@ -146,8 +174,11 @@ def update_rows(device: str, repeats: int, compiled: bool, only: list[str], amp:
             compile_s = time.perf_counter() - start
         seconds = timed(fns, repeats, sync)
         for kind in fns:
-            row = {"case": f"update/{case}/{kind}" if kind in ("compiled", "amp") else f"{kind}/{case}", "ms": 1000 * seconds[kind] / steps,
-                   "device": device}
+            row = {
+                "case": f"update/{case}/{kind}" if kind in ("compiled", "amp") else f"{kind}/{case}",
+                "ms": 1000 * seconds[kind] / steps,
+                "device": device,
+            }
             rows.append({**row, "compile_s": compile_s} if kind == "compiled" else row)
             print(rows[-1], flush=True)
         written(rows)
@@ -158,22 +189,49 @@ def storage_rows(repeats: int) -> list[dict]:
     def rate(n: int, fn: Step) -> float:
         return n / timed({"fn": fn}, repeats, lambda: None)["fn"]
 
-    rows, transition = [], TensorDict(obs=torch.zeros(17), next_obs=torch.zeros(17), action=torch.zeros(6), reward=torch.zeros(()),
-                                      terminated=torch.zeros((), dtype=torch.bool))
+    rows, transition = (
+        [],
+        TensorDict(
+            obs=torch.zeros(17),
+            next_obs=torch.zeros(17),
+            action=torch.zeros(6),
+            reward=torch.zeros(()),
+            terminated=torch.zeros((), dtype=torch.bool),
+        ),
+    )
     for capacity in (100_000, 1_000_000):
         buffer, chunk = ReplayBuffer(capacity, transition), transition.expand(1000).clone()
-        rows += [{"case": f"replay/extend/{capacity}", "transitions_per_s": rate(1000, lambda: buffer.extend(chunk))},
-                 {"case": f"replay/sample/{capacity}", "transitions_per_s": rate(256, lambda: buffer.sample(256))},
-                 {"case": f"reference/index_one_field/{capacity}",
-                  "transitions_per_s": rate(256, lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))])}]
+        rows += [
+            {"case": f"replay/extend/{capacity}", "transitions_per_s": rate(1000, lambda: buffer.extend(chunk))},
+            {"case": f"replay/sample/{capacity}", "transitions_per_s": rate(256, lambda: buffer.sample(256))},
+            {
+                "case": f"reference/index_one_field/{capacity}",
+                "transitions_per_s": rate(256, lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))]),
+            },
+        ]
     with tempfile.TemporaryDirectory() as tmp:
         n = 1_000_000
-        data = TensorDict(obs=torch.randn(n, 11), next_obs=torch.randn(n, 11), action=torch.randn(n, 3), reward=torch.randn(n),
-                          terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+        data = TensorDict(
+            obs=torch.randn(n, 11),
+            next_obs=torch.randn(n, 11),
+            action=torch.randn(n, 3),
+            reward=torch.randn(n),
+            terminated=torch.zeros(n, dtype=torch.bool),
+            truncated=torch.zeros(n, dtype=torch.bool),
+            batch_size=[n],
+        )
         dataset.save(tmp, data, dataset.Meta(env="Hopper-v5", transitions=n, episodes=0, behaviour_return=0.0))
         mapped, _ = dataset.load(tmp)
-        rows += [{"case": "dataset/sample/memmap/1000000", "transitions_per_s": rate(256, lambda: mapped[torch.randint(0, n, (256,))])},
-                 {"case": "reference/dataset/sample/ram/1000000", "transitions_per_s": rate(256, lambda: data[torch.randint(0, n, (256,))])}]
+        rows += [
+            {
+                "case": "dataset/sample/memmap/1000000",
+                "transitions_per_s": rate(256, lambda: mapped[torch.randint(0, n, (256,))]),
+            },
+            {
+                "case": "reference/dataset/sample/ram/1000000",
+                "transitions_per_s": rate(256, lambda: data[torch.randint(0, n, (256,))]),
+            },
+        ]
     return rows
 
 
@@ -184,11 +242,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--compile", action="store_true", help="also time each step with algo.compile=true")
     parser.add_argument("--amp", action="store_true", help="also time each step with algo.amp=bf16 (eager)")
-    parser.add_argument("--only", nargs="*", default=[], help="only these update cases (sac, td3, ...), in this order; no replay rows")
+    parser.add_argument(
+        "--only", nargs="*", default=[], help="only these update cases (sac, td3, ...), in this order; no replay rows"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.compile:  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
+
     def write(rows: list[dict]) -> None:
         if args.json:
             with open(args.json, "w") as f:

@@ -155,7 +155,9 @@ def copy_ack_samples(rank: int, world: int, buf, offset: int, source: torch.Tens
                 futex.wait(bell, version - 1, 1.0)
             latencies.append((time.monotonic_ns() - int(control[2])) / 1e6)
             control[3 + rank] = version
-            control[1] += 1  # not atomic: two subscribers may add one between them, but the word changes, which is all a sleeper needs
+            control[1] += (
+                1  # not atomic: two subscribers may add one between them, but the word changes, which is all a sleeper needs
+            )
             futex.wake(ack_bell)
     dist.barrier()
     return latencies
@@ -201,8 +203,14 @@ def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
     """``median_ms``: the median over launches of each launch's median; ``p90_ms`` over every sample."""
     q = statistics.quantiles([ms for run in runs for ms in run], n=10)
     medians = [statistics.median(run) for run in runs]
-    return {"scheme": scheme, "params": params, "tensors": 100, "median_ms": statistics.median(medians), "p90_ms": q[-1],
-            "launch_medians_ms": medians}
+    return {
+        "scheme": scheme,
+        "params": params,
+        "tensors": 100,
+        "median_ms": statistics.median(medians),
+        "p90_ms": q[-1],
+        "launch_medians_ms": medians,
+    }
 
 
 def main() -> None:
@@ -211,10 +219,16 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--subscribers", type=int, default=2)
-    parser.add_argument("--schemes", nargs="+", default=[*REFERENCES, *SCHEMES],
-                        help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; d2h: the plain device-to-host copy (with a GPU publisher)")
+    parser.add_argument(
+        "--schemes",
+        nargs="+",
+        default=[*REFERENCES, *SCHEMES],
+        help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; d2h: the plain device-to-host copy (with a GPU publisher)",
+    )
     parser.add_argument("--publisher-device", default="cpu", help="where rank 0's model lives: cpu, or cuda (a GPU trainer)")
-    parser.add_argument("--repeats", type=int, default=1, help="launches of every scheme, interleaved (the median of their medians)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="launches of every scheme, interleaved (the median of their medians)"
+    )
     args = parser.parse_args()
 
     rows = []
@@ -226,21 +240,31 @@ def main() -> None:
             for scheme in args.schemes:
                 runs[scheme].append(measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device))
         rows += [{**row(scheme, params, runs[scheme]), "publisher": args.publisher_device} for scheme in args.schemes]
-        for r in rows[-1 - len(args.schemes):]:
-            print(f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms", flush=True)
+        for r in rows[-1 - len(args.schemes) :]:
+            print(
+                f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms",
+                flush=True,
+            )
 
     def median(scheme, params):
         return next(r["median_ms"] for r in rows if r["scheme"] == scheme and r["params"] == params)
 
     if "d2h" in args.schemes:
         for params in args.sizes:
-            print(f"  {params:>10,}: " + "   ".join(f"{s}/d2h {median(s, params) / median('d2h', params):5.2f}x"
-                                                  for s in args.schemes if s != "d2h"))
+            print(
+                f"  {params:>10,}: "
+                + "   ".join(f"{s}/d2h {median(s, params) / median('d2h', params):5.2f}x" for s in args.schemes if s != "d2h")
+            )
     print("\nratios of medians: each scheme / shm_copy_ack (the cross-process floor), and / memcpy")
     for params in args.sizes if "shm_copy_ack" in args.schemes else []:
-        print(f"  {params:>10,}: " + "   ".join(
-            f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x ({median(scheme, params) / median('memcpy', params):.1f}x)"
-            for scheme in args.schemes if scheme != "shm_copy_ack"))
+        print(
+            f"  {params:>10,}: "
+            + "   ".join(
+                f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x ({median(scheme, params) / median('memcpy', params):.1f}x)"
+                for scheme in args.schemes
+                if scheme != "shm_copy_ack"
+            )
+        )
     for params in args.sizes if {"gloo_per_param", "gloo"} <= set(args.schemes) else []:
         print(f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):.1f}x")
     if args.json:

@@ -40,7 +40,9 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.keep < 1:
-            raise ValueError(f"checkpoint.every_frames must be >= 0 and checkpoint.keep >= 1; got {self.every_frames}, {self.keep}")
+            raise ValueError(
+                f"checkpoint.every_frames must be >= 0 and checkpoint.keep >= 1; got {self.every_frames}, {self.keep}"
+            )
 
 
 class CheckpointMismatchError(ValueError):

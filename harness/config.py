@@ -67,7 +67,9 @@ class CollectorConfig:
     def __post_init__(self) -> None:
         check_placement("collector", self.device, self.threads)
         if self.max_env_restarts < 0:
-            raise ValueError(f"collector.max_env_restarts must be >= 0 (0: an env error ends the run), got {self.max_env_restarts}")
+            raise ValueError(
+                f"collector.max_env_restarts must be >= 0 (0: an env error ends the run), got {self.max_env_restarts}"
+            )
         if self.mode not in ("sync", "async"):
             raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")
         if self.pipeline and self.mode != "sync":
@@ -118,13 +120,17 @@ LOGGER_BACKENDS = ("csv", "wandb", "tensorboard")
 class LoggerConfig:
     """Trainer 0's metrics: always a CSV in the run directory and console progress; wandb and TensorBoard on request."""
 
-    backends: list[str] = field(default_factory=lambda: ["csv"])  # any of csv, wandb, tensorboard; metrics.csv is written regardless
+    backends: list[str] = field(
+        default_factory=lambda: ["csv"]
+    )  # any of csv, wandb, tensorboard; metrics.csv is written regardless
     log_every_frames: int = 10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
     console: bool = True  # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
     mode: str = "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
     project: str = "harness"  # wandb project
     entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
-    group: Optional[str] = None  # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's runs
+    group: Optional[str] = (
+        None  # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's runs
+    )
     name: Optional[str] = None  # wandb run name; default: the run directory's name
     tags: list[str] = field(default_factory=list)  # wandb tags, after the algo, env and sync scheme (always tagged)
     init_timeout_s: float = 60.0  # give up on reaching wandb after this long (training goes on)
@@ -132,8 +138,10 @@ class LoggerConfig:
     def __post_init__(self) -> None:
         unknown = [b for b in self.backends if b not in LOGGER_BACKENDS]
         if unknown:
-            raise ValueError(f"logger.backends={list(self.backends)}: {unknown} unknown; choose from {list(LOGGER_BACKENDS)}, "
-                             "e.g. logger.backends=[csv,wandb,tensorboard] (or logger=wandb / logger=tensorboard)")
+            raise ValueError(
+                f"logger.backends={list(self.backends)}: {unknown} unknown; choose from {list(LOGGER_BACKENDS)}, "
+                "e.g. logger.backends=[csv,wandb,tensorboard] (or logger=wandb / logger=tensorboard)"
+            )
         if self.mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.mode={self.mode!r}: choose online, offline or disabled")
         if self.log_every_frames < 1:
@@ -180,8 +188,10 @@ class Config:
                 f"algo.batch_size={self.algo.batch_size // trainers * trainers or trainers}"
             )
         if getattr(self.algo, "normalize_reward", False) and self.collector.mode != "sync":
-            raise ValueError("algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
-                             "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync.")
+            raise ValueError(
+                "algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
+                "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync."
+            )
 
     def _check_dataset(self) -> None:
         offline = ALGOS[self.algo.name].offline
@@ -219,8 +229,10 @@ def check_known_keys(cfg: DictConfig, typed: Config) -> None:
     unknown = sorted(_keys(OmegaConf.to_container(cfg, resolve=False)) - known)
     if unknown:
         hints = [f"{k} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(k, known, n=1)) else k for k in unknown]
-        raise ValueError(f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config.py "
-                         "or its algorithm's file; check the spelling, and drop a leading +")
+        raise ValueError(
+            f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config.py "
+            "or its algorithm's file; check the spelling, and drop a leading +"
+        )
 
 
 def load(cfg: DictConfig) -> Config:

@@ -87,8 +87,10 @@ def run(options: Options) -> list[float]:
     run_cfg = OmegaConf.load(options.run_dir / "config.yaml")
     env_id, max_steps = run_cfg.env.id, run_cfg.env.get("max_episode_steps")
     if options.step is None and not any(checkpoint.checkpoint_dir(options.run_dir).glob("step-*")):
-        raise SystemExit(f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every checkpoint.every_frames "
-                         "frames, when stopped, and at the end")
+        raise SystemExit(
+            f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every checkpoint.every_frames "
+            "frames, when stopped, and at the end"
+        )
     where = options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
     try:
         policy, values, info = load_policy(str(where), env_id)
@@ -104,8 +106,11 @@ def run(options: Options) -> list[float]:
     finally:
         envs.close()
     name = Path(info["policy"]).name
-    print(f"{env_id} {name}: return {np.mean(returns):.2f} ± {np.std(returns):.2f} over {episodes} deterministic "
-          f"episodes (seed {seed})", flush=True)
+    print(
+        f"{env_id} {name}: return {np.mean(returns):.2f} ± {np.std(returns):.2f} over {episodes} deterministic "
+        f"episodes (seed {seed})",
+        flush=True,
+    )
     if frames:
         path = video.write_mp4(options.run_dir / "videos" / f"evaluate-{name}.mp4", frames, fps)
         print(f"video: {path} ({len(frames)} frames)", flush=True)

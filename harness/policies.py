@@ -41,7 +41,9 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     where = Path(path)
     run_dir = where.parent.parent if (where / "state.pt").exists() else where
     if not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(f"policy={path}: no run directory with a config.yaml there; give a run directory or one of its checkpoints/step-*")
+        raise FileNotFoundError(
+            f"policy={path}: no run directory with a config.yaml there; give a run directory or one of its checkpoints/step-*"
+        )
     run_cfg = OmegaConf.load(run_dir / "config.yaml")
     name = run_cfg.algo.name
     algo_cfg = cast(AlgoConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo)))

@@ -29,8 +29,20 @@ from harness.config import Config
 
 # Settings a resumed run may change: how long it runs, how it is watched and
 # checkpointed, and where it computes. Anything else changes what is learned.
-MAY_CHANGE = ("collector.total_frames", "algo.gradient_steps", "logger.", "checkpoint.", "eval.", "run_dir", "runs_root",
-              "dist_timeout_s", "sync.timeout_s", "trainer.", "collector.threads", "collector.device")
+MAY_CHANGE = (
+    "collector.total_frames",
+    "algo.gradient_steps",
+    "logger.",
+    "checkpoint.",
+    "eval.",
+    "run_dir",
+    "runs_root",
+    "dist_timeout_s",
+    "sync.timeout_s",
+    "trainer.",
+    "collector.threads",
+    "collector.device",
+)
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 
 

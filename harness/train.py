@@ -84,8 +84,13 @@ def main(raw: DictConfig) -> None:
         groups = None
         if not layout.single_process:
             # A collector's posted NCCL receive waits from one publish to the next: bound it by the longer timeout.
-            groups = init_distributed(layout, cfg.dist_timeout_s, nccl_sync=nccl, nccl_device=placement.cuda_device,
-                                      nccl_timeout_s=max(cfg.dist_timeout_s, cfg.sync.timeout_s))
+            groups = init_distributed(
+                layout,
+                cfg.dist_timeout_s,
+                nccl_sync=nccl,
+                nccl_device=placement.cuda_device,
+                nccl_timeout_s=max(cfg.dist_timeout_s, cfg.sync.timeout_s),
+            )
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
         # Every rank, before anything is written: a refused launch changes nothing.

@@ -118,13 +118,24 @@ def finish(cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sourc
         expert, expert_values, _ = load_policy(ref.expert_policy, cfg.env.id)
         expert_return = mean_return(cfg, expert, expert_values)
     meta = dataset.Meta(
-        env=cfg.env.id, transitions=cfg.frames, episodes=int(episodes),
+        env=cfg.env.id,
+        transitions=cfg.frames,
+        episodes=int(episodes),
         behaviour_return=return_sum / episodes if episodes else float("nan"),
-        random_return=random_return, expert_return=expert_return, sources=sources,
+        random_return=random_return,
+        expert_return=expert_return,
+        sources=sources,
     )
     dataset.finish(cfg.out, meta)
-    log.info("wrote %s: %d transitions, %d episodes, behaviour return %.1f (random %.1f, expert %s)",
-             cfg.out, meta.transitions, meta.episodes, meta.behaviour_return, random_return, expert_return)
+    log.info(
+        "wrote %s: %d transitions, %d episodes, behaviour return %.1f (random %.1f, expert %s)",
+        cfg.out,
+        meta.transitions,
+        meta.episodes,
+        meta.behaviour_return,
+        random_return,
+        expert_return,
+    )
 
 
 def write(cfg: DatasetConfig, layout: Layout) -> None:

@@ -38,13 +38,25 @@ ROOT = Path(__file__).resolve().parents[1]
 ALGOS = ["sac", "td3", "dqn", "ppo", "iql", "cql"]  # timed in this order: the costliest compile last
 # Seconds each step may take on the GPU machine (compile times included). On one GPU (no nccl step)
 # they add up to 60 + 3 x 25 + 3 x 35 + 120 + 45 + 55 = 460 s, under 8 minutes with the set-up.
-BUDGET_S = {"tests": 60, "ppo_cartpole": 25, "sac_pendulum": 35, "nccl": 45, "update_gpu": 120, "update_cpu": 45, "weight_sync": 55}
+BUDGET_S = {
+    "tests": 60,
+    "ppo_cartpole": 25,
+    "sac_pendulum": 35,
+    "nccl": 45,
+    "update_gpu": 120,
+    "update_cpu": 45,
+    "weight_sync": 55,
+}
 DRY_RUN_SLOWER = 8  # a dry run's budgets: this project's shared 2-core machines are that much slower
 RUNS = {  # what a run trains, on the GPU machine and in a dry run (shorter)
-    "ppo_cartpole": (["collector.total_frames=20480", "logger.log_every_frames=5120"],
-                     ["collector.total_frames=2048", "logger.log_every_frames=1024"]),
-    "sac_pendulum": (["collector.total_frames=3000", "algo.learning_starts=1000", "logger.log_every_frames=1000"],
-                     ["collector.total_frames=768", "algo.learning_starts=512", "algo.batch_size=32", "logger.log_every_frames=256"]),
+    "ppo_cartpole": (
+        ["collector.total_frames=20480", "logger.log_every_frames=5120"],
+        ["collector.total_frames=2048", "logger.log_every_frames=1024"],
+    ),
+    "sac_pendulum": (
+        ["collector.total_frames=3000", "algo.learning_starts=1000", "logger.log_every_frames=1000"],
+        ["collector.total_frames=768", "algo.learning_starts=512", "algo.batch_size=32", "logger.log_every_frames=256"],
+    ),
 }
 
 
@@ -61,13 +73,18 @@ class Check:
 
     def run(self, name: str, cmd: list[str], budget_s: float, cwd: Path = ROOT) -> tuple[str, float, str]:
         """``cmd`` to its end or its budget; (status, seconds, output). The output goes to logs/<name>.log."""
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         start, limit = time.monotonic(), budget_s * self.scale
         print(f"[gpu_check] {name}: {' '.join(cmd)} (budget {limit:.0f} s)", flush=True)
         # A session of its own: past its budget the whole of it goes (torchrun's ranks too), not the launcher alone.
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         try:
             output, _ = proc.communicate(timeout=limit)
             status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
@@ -93,8 +110,20 @@ def tests(c: Check) -> None:
 def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, budget_s: float) -> None:
     """One real torchrun launch of harness.train; its metrics and every rank's device."""
     run_dir = c.work / "runs" / name
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train",
-           f"experiment={preset}", f"run_dir={run_dir}", "logger.console=false", "eval.every_frames=0", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "harness.train",
+        f"experiment={preset}",
+        f"run_dir={run_dir}",
+        "logger.console=false",
+        "eval.every_frames=0",
+        *overrides,
+    ]
     status, seconds, out = c.run(name, cmd, budget_s, cwd=c.work)
     devices = re.findall(r"rank \d+ (?:trainer|collector): (cuda:\d+|cpu)", out)
     data: dict = {"devices": devices}
@@ -104,8 +133,12 @@ def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, b
         rows = list(csv.DictReader(metrics.open()))
         returns = [float(r["train/episode_return"]) for r in rows if r.get("train/episode_return") not in (None, "", "nan")]
         last = rows[-1]
-        data.update(frames=int(float(last["frames"])), frames_per_s=float(last.get("collect/frames_per_s") or 0),
-                    sync_ms=float(last.get("sync/ms") or 0), episode_return=returns[-1] if returns else None)
+        data.update(
+            frames=int(float(last["frames"])),
+            frames_per_s=float(last.get("collect/frames_per_s") or 0),
+            sync_ms=float(last.get("sync/ms") or 0),
+            episode_return=returns[-1] if returns else None,
+        )
         result += f"; {data['frames']:,} frames, {data['frames_per_s']:,.0f} frames/s, last publish {data['sync_ms']:.2f} ms, "
         result += f"return {returns[-1]:.1f}" if returns else "no episode ended"
     expected = "cpu" if c.dry_run else "cuda"
@@ -126,11 +159,23 @@ def nccl(c: Check) -> None:
     c.step = "2"
     gpus = torch.cuda.device_count()
     if c.dry_run or gpus < 2:
-        c.add("2", "ppo_cartpole-nccl", "skipped", 0.0, f"{gpus} GPU{'s' * (gpus != 1)} here: sync=nccl needs one GPU per rank "
-              "(a trainer and at least one collector: 2+ GPUs)")
+        c.add(
+            "2",
+            "ppo_cartpole-nccl",
+            "skipped",
+            0.0,
+            f"{gpus} GPU{'s' * (gpus != 1)} here: sync=nccl needs one GPU per rank "
+            "(a trainer and at least one collector: 2+ GPUs)",
+        )
         return
-    launch(c, "ppo_cartpole-nccl", "ppo_cartpole", ["sync=nccl", "collector.device=cuda", *RUNS["ppo_cartpole"][0]],
-           min(gpus, 3), BUDGET_S["nccl"])
+    launch(
+        c,
+        "ppo_cartpole-nccl",
+        "ppo_cartpole",
+        ["sync=nccl", "collector.device=cuda", *RUNS["ppo_cartpole"][0]],
+        min(gpus, 3),
+        BUDGET_S["nccl"],
+    )
 
 
 def update(c: Check) -> None:
@@ -138,8 +183,10 @@ def update(c: Check) -> None:
     repeats = ["--repeats", "3" if c.dry_run else "20"]
     only = ["--only", *(["dqn", "ppo"] if c.dry_run else ALGOS)]  # a dry run proves the command on the two cheapest
     figures: dict[str, dict] = {}
-    for name, device, extra, budget in (("update-device", c.device, ["--compile", "--amp"], BUDGET_S["update_gpu"]),
-                                        ("update-cpu", "cpu", [], BUDGET_S["update_cpu"])):
+    for name, device, extra, budget in (
+        ("update-device", c.device, ["--compile", "--amp"], BUDGET_S["update_gpu"]),
+        ("update-cpu", "cpu", [], BUDGET_S["update_cpu"]),
+    ):
         out = c.work / f"{name}.json"
         cmd = [sys.executable, "benchmarks/update.py", "--device", device, *repeats, *only, *extra, "--json", str(out)]
         status, seconds, _ = c.run(name, cmd, budget)
@@ -153,13 +200,20 @@ def update(c: Check) -> None:
         if eager is None:
             c.add("3", f"update {algo}", "not reached", 0.0, "the benchmark ran out of budget before this case")
             continue
-        data = {"device_ms": eager["ms"], "cpu_ms": cpu and cpu["ms"], "compiled_ms": compiled and compiled["ms"],
-                "compile_s": compiled and compiled["compile_s"], "amp_ms": amp and amp["ms"]}
+        data = {
+            "device_ms": eager["ms"],
+            "cpu_ms": cpu and cpu["ms"],
+            "compiled_ms": compiled and compiled["ms"],
+            "compile_s": compiled and compiled["compile_s"],
+            "amp_ms": amp and amp["ms"],
+        }
         parts = [f"{c.device} {eager['ms']:.3f} ms"]
         if cpu:
             parts.append(f"cpu {cpu['ms']:.2f} ms (cpu/{c.device} {cpu['ms'] / eager['ms']:.1f}x)")
         if compiled:
-            parts.append(f"compiled {compiled['ms']:.3f} ms ({eager['ms'] / compiled['ms']:.2f}x, first call {compiled['compile_s']:.0f} s)")
+            parts.append(
+                f"compiled {compiled['ms']:.3f} ms ({eager['ms'] / compiled['ms']:.2f}x, first call {compiled['compile_s']:.0f} s)"
+            )
         if amp:
             parts.append(f"amp=bf16 {amp['ms']:.3f} ms ({eager['ms'] / amp['ms']:.2f}x)")
         c.add("3", f"update {algo}", "ok", 0.0, "; ".join(parts), **data)
@@ -168,15 +222,39 @@ def update(c: Check) -> None:
 def weight_sync(c: Check) -> None:
     size = "1000000" if c.dry_run else "10000000"
     out = c.work / "weight_sync.json"
-    cmd = [sys.executable, "benchmarks/weight_sync.py", "--publisher-device", c.device, "--sizes", size, "--samples", "24",
-           "--schemes", "d2h", "shm", "gloo", "hierarchical", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "benchmarks/weight_sync.py",
+        "--publisher-device",
+        c.device,
+        "--sizes",
+        size,
+        "--samples",
+        "24",
+        "--schemes",
+        "d2h",
+        "shm",
+        "gloo",
+        "hierarchical",
+        "--json",
+        str(out),
+    ]
     status, seconds, _ = c.run("weight_sync", cmd, BUDGET_S["weight_sync"])
     rows = {r["scheme"]: r for r in json.loads(out.read_text())} if out.exists() else {}
     d2h = rows.get("d2h")
-    parts = [f"{s} {r['median_ms']:.2f} ms" + (f" ({r['median_ms'] / d2h['median_ms']:.2f}x d2h)" if d2h and s != "d2h" else "")
-             for s, r in rows.items() if s != "memcpy"]
-    c.add("4", f"weight sync, {int(size):,} params, {c.device} publisher -> 2 CPU collectors", status, seconds,
-          "; ".join(parts) or "no rows", medians_ms={s: r["median_ms"] for s, r in rows.items()})
+    parts = [
+        f"{s} {r['median_ms']:.2f} ms" + (f" ({r['median_ms'] / d2h['median_ms']:.2f}x d2h)" if d2h and s != "d2h" else "")
+        for s, r in rows.items()
+        if s != "memcpy"
+    ]
+    c.add(
+        "4",
+        f"weight sync, {int(size):,} params, {c.device} publisher -> 2 CPU collectors",
+        status,
+        seconds,
+        "; ".join(parts) or "no rows",
+        medians_ms={s: r["median_ms"] for s, r in rows.items()},
+    )
 
 
 def targets(c: Check) -> list[str]:
@@ -187,7 +265,9 @@ def targets(c: Check) -> list[str]:
         found.append(f"SAC update, cpu/{c.device}: {sac['cpu_ms'] / sac['device_ms']:.1f}x (target >= 5x)")
     for r in c.rows:
         if r["check"].startswith("update ") and r.get("compiled_ms"):
-            found.append(f"{r['check'][7:]} compiled vs eager on {c.device}: {r['device_ms'] / r['compiled_ms']:.2f}x (target >= 1.5x)")
+            found.append(
+                f"{r['check'][7:]} compiled vs eager on {c.device}: {r['device_ms'] / r['compiled_ms']:.2f}x (target >= 1.5x)"
+            )
     sync = next((r for r in c.rows if r["check"].startswith("weight sync")), {}).get("medians_ms", {})
     for scheme in ("shm", "gloo", "hierarchical"):
         if scheme in sync and "d2h" in sync:
@@ -196,8 +276,14 @@ def targets(c: Check) -> list[str]:
 
 
 def table(c: Check, machine: dict, header: str) -> str:
-    lines = [header, "", f"Machine: {machine['gpu']}; torch {machine['torch']} (CUDA {machine['cuda']}); {machine['cpus']} CPUs.", "",
-             "| step | check | status | s | result |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        header,
+        "",
+        f"Machine: {machine['gpu']}; torch {machine['torch']} (CUDA {machine['cuda']}); {machine['cpus']} CPUs.",
+        "",
+        "| step | check | status | s | result |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     lines += [f"| {r['step']} | {r['check']} | {r['status']} | {r['seconds']:.0f} | {r['result']} |" for r in c.rows]
     found = targets(c)
     if found:
@@ -211,16 +297,24 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU, to prove the script without a GPU")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
-        print("gpu_check: no CUDA device here (torch.cuda.is_available() is False). Skipped: 0 the GPU test tier, "
-              "1 the torchrun runs with a CUDA trainer, 2 sync=nccl, 3 the CUDA update benchmark, 4 the CUDA weight sync "
-              "benchmark. scripts/gpu_check.sh --dry-run runs every step on the CPU instead.")
+        print(
+            "gpu_check: no CUDA device here (torch.cuda.is_available() is False). Skipped: 0 the GPU test tier, "
+            "1 the torchrun runs with a CUDA trainer, 2 sync=nccl, 3 the CUDA update benchmark, 4 the CUDA weight sync "
+            "benchmark. scripts/gpu_check.sh --dry-run runs every step on the CPU instead."
+        )
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    machine = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (dry run)",
-               "gpus": torch.cuda.device_count(), "torch": torch.__version__, "cuda": torch.version.cuda, "cpus": os.cpu_count(),
-               "date": time.strftime("%Y-%m-%d"), "dry_run": args.dry_run}
+    machine = {
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (dry run)",
+        "gpus": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "dry_run": args.dry_run,
+    }
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         c = Check(Path(tmp), args.dry_run)
         for step in (tests, runs, nccl, update, weight_sync):
@@ -231,10 +325,16 @@ def main() -> int:
                 c.add("-", step.__name__, f"error ({type(e).__name__})", 0.0, str(e)[:300])
         total = time.monotonic() - started
         kind = "dry run on the CPU" if args.dry_run else "GPU check"
-        text = table(c, machine, f"scripts/gpu_check.sh{' --dry-run' if args.dry_run else ''}: {kind}, {machine['date']}, {total:.0f} s in all")
+        text = table(
+            c,
+            machine,
+            f"scripts/gpu_check.sh{' --dry-run' if args.dry_run else ''}: {kind}, {machine['date']}, {total:.0f} s in all",
+        )
         print("\n" + text)
         (out / "gpu_check.md").write_text(text)
-        (out / "gpu_check.json").write_text(json.dumps({"machine": machine, "seconds": total, "rows": c.rows, "targets": targets(c)}, indent=1))
+        (out / "gpu_check.json").write_text(
+            json.dumps({"machine": machine, "seconds": total, "rows": c.rows, "targets": targets(c)}, indent=1)
+        )
         with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
             tar.add(tmp, arcname="gpu_check", filter=lambda info: None if "/checkpoints" in info.name else info)
     failed = [r for r in c.rows if r["status"] not in ("ok", "skipped")]

@@ -38,7 +38,14 @@ BIN = Path(sys.executable).parent
 TASKS = {
     # expert preset, frames of the checkpointed run, checkpoint spacing, behaviour-return band, dataset size
     "pendulum": {"env": "pendulum", "expert": "sac_pendulum", "frames": 4500, "every": 256, "band": (-700, -400), "size": 50_000},
-    "hopper": {"env": "hopper", "expert": "sac_hopper", "frames": 400_000, "every": 10_000, "band": (1000, 1800), "size": 1_000_000},
+    "hopper": {
+        "env": "hopper",
+        "expert": "sac_hopper",
+        "frames": 400_000,
+        "every": 10_000,
+        "band": (1000, 1800),
+        "size": 1_000_000,
+    },
 }
 
 
@@ -60,8 +67,16 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path) -> Path:
     if not (expert / "checkpoints").exists():
         torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={expert}", "logger.console=false")
     if not (medium / "checkpoints").exists():
-        torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={medium}", "logger.console=false",
-                 f"collector.total_frames={spec['frames']}", f"checkpoint.every_frames={spec['every']}", "checkpoint.keep=1000")
+        torchrun(
+            nproc,
+            "harness.train",
+            f"experiment={spec['expert']}",
+            f"run_dir={medium}",
+            "logger.console=false",
+            f"collector.total_frames={spec['frames']}",
+            f"checkpoint.every_frames={spec['every']}",
+            "checkpoint.keep=1000",
+        )
     chosen = medium / "behaviour_checkpoint.txt"
     if chosen.exists():
         return medium / "checkpoints" / chosen.read_text().strip()
@@ -69,8 +84,15 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path) -> Path:
     probe = runs / f"{task}-probe"
     for checkpoint in sorted((medium / "checkpoints").glob("step-*")):
         shutil.rmtree(probe, ignore_errors=True)
-        torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={probe}",
-                 f"frames={spec['size'] // 5}", "reference.random_return=0")
+        torchrun(
+            nproc,
+            "harness.write_dataset",
+            f"env={spec['env']}",
+            f"policy={checkpoint}",
+            f"out={probe}",
+            f"frames={spec['size'] // 5}",
+            "reference.random_return=0",
+        )
         behaviour = dataset.load(probe)[1].behaviour_return
         print(f"{checkpoint.name}: behaviour return {behaviour:.1f}", flush=True)
         if low <= behaviour <= high:
@@ -87,8 +109,17 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int) -> Path:
         return out
     runs = root / "runs" / "offline"
     checkpoint = behaviour_checkpoint(task, nproc, runs)
-    torchrun(nproc, "harness.write_dataset", f"env={spec['env']}", f"policy={checkpoint}", f"out={out}", f"frames={spec['size']}",
-             f"reference.expert_policy={runs / f'{task}-sac-expert'}", "reference.episodes=20", f"seed={seed}")
+    torchrun(
+        nproc,
+        "harness.write_dataset",
+        f"env={spec['env']}",
+        f"policy={checkpoint}",
+        f"out={out}",
+        f"frames={spec['size']}",
+        f"reference.expert_policy={runs / f'{task}-sac-expert'}",
+        "reference.episodes=20",
+        f"seed={seed}",
+    )
     return out
 
 
@@ -111,11 +142,20 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="pendulum")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--dataset-seed", type=int, default=1, help="seed of the dataset's rollouts (default 1)")
-    parser.add_argument("--algos", nargs="*", choices=("iql", "cql"), default=["iql", "cql"],
-                        help="presets to train on the dataset (none: only make the dataset)")
+    parser.add_argument(
+        "--algos",
+        nargs="*",
+        choices=("iql", "cql"),
+        default=["iql", "cql"],
+        help="presets to train on the dataset (none: only make the dataset)",
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help="where datasets/ and runs/offline/ go (default: the repository)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md",
-                        help="the markdown file whose section for this dataset is replaced (its rows: the presets run)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "results.md",
+        help="the markdown file whose section for this dataset is replaced (its rows: the presets run)",
+    )
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
     data = make_dataset(args.task, nproc, args.root.resolve(), args.dataset_seed)
@@ -130,8 +170,16 @@ def main() -> None:
         for seed in args.seeds:
             run_dir = args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}"
             start = time.monotonic()
-            torchrun(nproc, "harness.train", f"experiment={algo}_{args.task}", f"dataset={data}", f"seed={seed}",
-                     f"run_dir={run_dir}", "checkpoint.resume=false", "logger.console=false")
+            torchrun(
+                nproc,
+                "harness.train",
+                f"experiment={algo}_{args.task}",
+                f"dataset={data}",
+                f"seed={seed}",
+                f"run_dir={run_dir}",
+                "checkpoint.resume=false",
+                "logger.console=false",
+            )
             walls.append(time.monotonic() - start)
             rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
             finals.append(statistics.mean(float(r["eval/return"]) for r in rows[-3:]))  # last three evaluations
@@ -141,8 +189,10 @@ def main() -> None:
         spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
         norm = meta.normalized(mean)
         verdict = "above" if mean > meta.behaviour_return else "NOT above"
-        lines.append(f"| {algo.upper()} | {meta.env} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
-                     f"{meta.behaviour_return:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |")
+        lines.append(
+            f"| {algo.upper()} | {meta.env} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
+            f"{meta.behaviour_return:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |"
+        )
         print(lines[-1], flush=True)
     section = (
         f"\n## Offline: IQL and CQL on {meta.env} medium{other and f' (dataset seed {args.dataset_seed})'}\n\n"

@@ -109,7 +109,11 @@ def plot_presets(root: Path, out_dir: Path) -> None:
     """``out_dir/curves-<preset>.png`` for every ``root/<preset>`` holding ``seed-*`` run directories with rows."""
     drawn = 0
     for preset_dir in sorted(d for d in root.iterdir() if d.is_dir()):
-        seeds = sorted(d for d in preset_dir.glob("seed-*") if (d / "metrics.csv").exists() and len((d / "metrics.csv").read_text().splitlines()) > 1)
+        seeds = sorted(
+            d
+            for d in preset_dir.glob("seed-*")
+            if (d / "metrics.csv").exists() and len((d / "metrics.csv").read_text().splitlines()) > 1
+        )
         if not seeds:
             continue
         names = ", ".join(d.name.removeprefix("seed-") for d in seeds)

@@ -122,12 +122,16 @@ def summary_row(preset: str, runs: list[Run]) -> str:
         notes.append(f"below the published budget: {max(budgets):,} of {pub.frames:,} frames")
     unfinished = [r for r in runs if not r.finished]
     if unfinished:
-        notes.append("in progress or stopped: " + ", ".join(
-            f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "") for r in unfinished))
+        notes.append(
+            "in progress or stopped: "
+            + ", ".join(f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "") for r in unfinished)
+        )
     wall = statistics.mean(r.wall_s for r in runs)
-    return (f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
-            f"{statistics.mean(finals):,.1f}{spread} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
-            f"{'; '.join(notes)} |")
+    return (
+        f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
+        f"{statistics.mean(finals):,.1f}{spread} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
+        f"{'; '.join(notes)} |"
+    )
 
 
 def short(frames: int) -> str:
@@ -137,8 +141,17 @@ def short(frames: int) -> str:
 
 def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None, start_over: bool) -> int:
     """One preset and seed through torchrun; returns its exit status."""
-    cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train",
-           f"experiment={preset}", f"seed={seed}", f"run_dir={run_dir}", "logger.console=false"]
+    cmd = [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "harness.train",
+        f"experiment={preset}",
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        "logger.console=false",
+    ]
     if frames:
         cmd.append(f"collector.total_frames={frames}")
     if start_over:
@@ -150,9 +163,13 @@ def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), help="these presets only")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default 1) or to summarise (default: every seed-* found)")
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="seeds to run (default 1) or to summarise (default: every seed-* found)"
+    )
     parser.add_argument("--frames", type=int, help="cap every preset run at this many frames")
-    parser.add_argument("--runs-root", type=Path, default=ROOT / "runs" / "sota", help="run directories: <root>/<preset>/seed-<n>")
+    parser.add_argument(
+        "--runs-root", type=Path, default=ROOT / "runs" / "sota", help="run directories: <root>/<preset>/seed-<n>"
+    )
     parser.add_argument("--summarize", action="store_true", help="run nothing: summarise the run directories there are")
     parser.add_argument("--start-over", action="store_true", help="move an earlier run in a run directory aside first")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
@@ -175,22 +192,28 @@ def main() -> None:
         sys.exit("failed: " + "; ".join(failed))
 
 
-HEADER = ("| algorithm | task | frames (budget) | seeds | final return | published | published at | wall time per seed | notes |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+HEADER = (
+    "| algorithm | task | frames (budget) | seeds | final return | published | published at | wall time per seed | notes |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+)
 
 
 def write_table(out: Path, lines: list[str]) -> None:
     """Replace the rows of the presets just summarised (keyed by algorithm and task),
     keep the others, so partial runs build the table up. Sections from the
     first ``## `` heading on (notes, the offline results) are kept as they are."""
+
     def key(line: str) -> tuple[str, ...]:
         return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
 
     text = out.read_text() if out.exists() else ""
     cut = text.find("\n## ")
     head, sections = (text, "") if cut < 0 else (text[:cut], text[cut:])
-    rows = {key(line): line for line in head.splitlines() if line.startswith("| ") and not line.startswith("| algorithm")
-            and not line.startswith("| ---")}
+    rows = {
+        key(line): line
+        for line in head.splitlines()
+        if line.startswith("| ") and not line.startswith("| algorithm") and not line.startswith("| ---")
+    }
     rows.update({key(line): line for line in lines})
     out.write_text(
         "# Results\n\n"

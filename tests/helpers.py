@@ -41,19 +41,27 @@ def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
     return [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
 
 
-def run_harness(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None,
-                module: str = "harness.train") -> subprocess.CompletedProcess:
+def run_harness(
+    args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None, module: str = "harness.train"
+) -> subprocess.CompletedProcess:
     """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
     if nproc == 1 and module == "harness.train" and not any(a.startswith("trainer.threads=") for a in args):
         args = [*args, *ONE_THREAD]  # last: flags such as Hydra's -m come first
-    return subprocess.run([*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0) -> subprocess.Popen:
     """The same, in the background (output merged), for tests that signal or kill it."""
-    return subprocess.Popen([*launcher(nproc, restarts), "-m", "harness.train", *args], cwd=cwd, env=launch_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [*launcher(nproc, restarts), "-m", "harness.train", *args],
+        cwd=cwd,
+        env=launch_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def rows(run_dir: Path) -> list[dict[str, str]]:

@@ -37,8 +37,18 @@ def test_cql_on_a_discrete_env_is_discrete_cql():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name,spec", [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM),
-                                       ("cql", PENDULUM), ("cql", CARTPOLE), ("ppo", CARTPOLE)])
+@pytest.mark.parametrize(
+    "name,spec",
+    [
+        ("sac", PENDULUM),
+        ("td3", PENDULUM),
+        ("dqn", CARTPOLE),
+        ("iql", PENDULUM),
+        ("cql", PENDULUM),
+        ("cql", CARTPOLE),
+        ("ppo", CARTPOLE),
+    ],
+)
 def test_checkpointed_state_round_trips(name, spec):
     cls = ALGOS[name].for_spec(spec)
     torch.manual_seed(0)
@@ -173,18 +183,28 @@ def test_sac_policy_log_prob_is_the_squashed_gaussian_density():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("name,spec", [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM),
-                                       ("cql", PENDULUM), ("cql", CARTPOLE)])
+@pytest.mark.parametrize(
+    "name,spec",
+    [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM), ("cql", PENDULUM), ("cql", CARTPOLE)],
+)
 def test_metrics_stay_on_the_device_until_a_log_row_reads_them(name, spec):
     cls = ALGOS[name].for_spec(spec)
     algo = cls(cls.Config(batch_size=8, compile=False), spec, 1000)
     g = torch.Generator().manual_seed(0)
     action = torch.randint(0, 2, (8,), generator=g) if spec.discrete else torch.rand(8, 1, generator=g) * 4 - 2
-    data = TensorDict(obs=torch.randn(8, spec.obs_dim, generator=g), next_obs=torch.randn(8, spec.obs_dim, generator=g),
-                      reward=torch.randn(8, generator=g), terminated=torch.zeros(8, dtype=torch.bool), action=action, batch_size=[8])
+    data = TensorDict(
+        obs=torch.randn(8, spec.obs_dim, generator=g),
+        next_obs=torch.randn(8, spec.obs_dim, generator=g),
+        reward=torch.randn(8, generator=g),
+        terminated=torch.zeros(8, dtype=torch.bool),
+        action=action,
+        batch_size=[8],
+    )
     algo.gradient_steps = 2  # SAC and TD3 update their actor too
     metrics = algo.learn(data)
-    assert metrics and all(isinstance(v, torch.Tensor) and not v.requires_grad and v.numel() == 1 for v in metrics.values()), metrics
+    assert metrics and all(isinstance(v, torch.Tensor) and not v.requires_grad and v.numel() == 1 for v in metrics.values()), (
+        metrics
+    )
     assert all(math.isfinite(float(v)) for v in metrics.values())
 
 
@@ -206,8 +226,14 @@ def test_compiled_loss_equals_the_eager_one():
     torch.manual_seed(0)
     compiled = cls(cls.Config(compile=True), CARTPOLE, 1000)
     g = torch.Generator().manual_seed(0)
-    data = TensorDict(obs=torch.randn(8, 4, generator=g), next_obs=torch.randn(8, 4, generator=g), reward=torch.randn(8, generator=g),
-                      terminated=torch.rand(8, generator=g) < 0.3, action=torch.randint(0, 2, (8,), generator=g), batch_size=[8])
+    data = TensorDict(
+        obs=torch.randn(8, 4, generator=g),
+        next_obs=torch.randn(8, 4, generator=g),
+        reward=torch.randn(8, generator=g),
+        terminated=torch.rand(8, generator=g) < 0.3,
+        action=torch.randint(0, 2, (8,), generator=g),
+        batch_size=[8],
+    )
     (loss, q), (loss_c, q_c) = eager.td_loss(data), compiled.td_loss(data)
     assert torch.allclose(loss, loss_c, atol=1e-6) and torch.allclose(q, q_c, atol=1e-6)
     loss.backward(), loss_c.backward()

@@ -188,9 +188,9 @@ def test_modules_and_functions_stay_small_enough_to_read():
     assert not too_long, "split these:\n" + "\n".join(too_long)
 
 
-def test_ruff_finds_nothing_to_fix():
-    # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra.
+@pytest.mark.parametrize("command", [["check", "--output-format", "concise"], ["format", "--check"]], ids=["lint", "format"])
+def test_ruff_finds_nothing_to_fix(command):
+    # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra. Fix with `ruff check --fix` / `ruff format`.
     ruff = Path(sys.executable).parent / "ruff"
-    out = subprocess.run([str(ruff), "check", "--no-cache", "--output-format", "concise", str(ROOT)], capture_output=True, text=True)
+    out = subprocess.run([str(ruff), *command, "--no-cache", str(ROOT)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
-

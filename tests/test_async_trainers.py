@@ -20,9 +20,21 @@ pytestmark = pytest.mark.multiprocess
 
 # DQN on CartPole, 2 trainers + 2 collectors: learning starts at 256 frames, a step per 4 frames (320 in 1536 frames),
 # each trainer samples 16 of the 32 transitions per step; no frame may be older than the newest version.
-ASYNC_DQN = ["debug=tiny", "algo=dqn", "collector.mode=async", "topology.trainers=2", "collector.total_frames=1536",
-             "algo.learning_starts=256", "algo.batch_size=32", "algo.update_to_data=0.25", "collector.max_policy_lag=0",
-             "logger.log_every_frames=128", "checkpoint.every_frames=512", "checkpoint.replay_buffer=true", "logger.console=false"]
+ASYNC_DQN = [
+    "debug=tiny",
+    "algo=dqn",
+    "collector.mode=async",
+    "topology.trainers=2",
+    "collector.total_frames=1536",
+    "algo.learning_starts=256",
+    "algo.batch_size=32",
+    "algo.update_to_data=0.25",
+    "collector.max_policy_lag=0",
+    "logger.log_every_frames=128",
+    "checkpoint.every_frames=512",
+    "checkpoint.replay_buffer=true",
+    "logger.console=false",
+]
 
 
 def digest(state: object) -> str:
@@ -78,9 +90,13 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
     trainer = Trainer(cfg, layout, groups, Path(run_dir))
     resumed = trainer.algo.replay_state()
     trainer.run()
-    return {"weights": digest(trainer.algo.state_dict()), "replay": digest(trainer.algo.replay_state()),
-            "resumed_replay": None if resumed is None else digest(resumed), "frames": trainer.progress.frames,
-            "preempted": trainer.preempted}
+    return {
+        "weights": digest(trainer.algo.state_dict()),
+        "replay": digest(trainer.algo.replay_state()),
+        "resumed_replay": None if resumed is None else digest(resumed),
+        "frames": trainer.progress.frames,
+        "preempted": trainer.preempted,
+    }
 
 
 def test_two_async_trainers_stop_together_hold_the_same_weights_keep_lag_bounded_and_resume(tmp_path):
@@ -144,8 +160,14 @@ def resumed_replay(rank, world):
         cfg = sac.Config(buffer_size=64, batch_size=8, learning_starts=10_000)  # no gradient step: only the replay
 
         def batch(n: int) -> TensorDict:
-            frames = TensorDict(obs=torch.ones(n, 3), action=torch.ones(n, 1), reward=torch.ones(n), next_obs=torch.ones(n, 3),
-                                terminated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+            frames = TensorDict(
+                obs=torch.ones(n, 3),
+                action=torch.ones(n, 1),
+                reward=torch.ones(n),
+                next_obs=torch.ones(n, 3),
+                terminated=torch.zeros(n, dtype=torch.bool),
+                batch_size=[n],
+            )
             return TensorDict(rollout=frames.unsqueeze(1), batch_size=[])
 
         algo = sac(cfg, spec, 1000, dist.group.WORLD)
@@ -154,8 +176,11 @@ def resumed_replay(rank, world):
         again.load_replay_state(algo.replay_state())
         again.update([batch(8)], 96)
         buffer = again.buffer
-        return {"capacity": (algo.buffer.capacity, buffer.capacity), "size": buffer.size,
-                "every_slot_written": bool((buffer.storage["obs"][: buffer.size] == 1).all())}
+        return {
+            "capacity": (algo.buffer.capacity, buffer.capacity),
+            "size": buffer.size,
+            "every_slot_written": bool((buffer.storage["obs"][: buffer.size] == 1).all()),
+        }
     finally:
         dist.destroy_process_group()
 

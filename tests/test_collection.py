@@ -50,8 +50,13 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
 
 @pytest.mark.multiprocess
 def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):
-    overrides = ["debug=tiny", "collector.mode=async", "collector.max_policy_lag=1", "logger.log_every_frames=128",
-                 "collector.total_frames=2048"]
+    overrides = [
+        "debug=tiny",
+        "collector.mode=async",
+        "collector.max_policy_lag=1",
+        "logger.log_every_frames=128",
+        "collector.total_frames=2048",
+    ]
     results = run_ranks(job, 3, overrides, 0.05, str(tmp_path), timeout=120)
     assert all(s == "ok" for s, _ in results.values()), results
     table = rows(tmp_path)
@@ -183,11 +188,19 @@ def test_batch_statistics_count_every_episode_as_a_per_step_tally_would():
         episodes = return_sum = length_sum = 0.0
         for reward, done in zip(batch["rollout", "reward"].numpy(), batch["rollout", "done"].numpy()):
             running, length = running + reward, length + 1
-            episodes, return_sum, length_sum = episodes + done.sum(), return_sum + running[done].sum(), length_sum + length[done].sum()
+            episodes, return_sum, length_sum = (
+                episodes + done.sum(),
+                return_sum + running[done].sum(),
+                length_sum + length[done].sum(),
+            )
             running[done], length[done] = 0, 0
         assert episodes > 0
         stats = batch["stats"]
-        assert (float(stats["episodes"]), float(stats["return_sum"]), float(stats["length_sum"])) == (episodes, return_sum, length_sum)
+        assert (float(stats["episodes"]), float(stats["return_sum"]), float(stats["length_sum"])) == (
+            episodes,
+            return_sum,
+            length_sum,
+        )
         assert batch["rollout", "policy_version"].eq(version).all()
     envs.close()
 
@@ -226,8 +239,16 @@ def test_one_and_two_trainers_learn_alike(workdir):
     """PPO on CartPole with T=1 (1+2 ranks) and T=2 (2+2 ranks): both learn."""
     finals = {}
     for trainers, nproc in ((1, 3), (2, 4)):
-        out = run_harness(["collector.total_frames=61440", "logger.log_every_frames=10240", f"topology.trainers={trainers}",
-                           f"run_dir=t{trainers}"], workdir, nproc=nproc)
+        out = run_harness(
+            [
+                "collector.total_frames=61440",
+                "logger.log_every_frames=10240",
+                f"topology.trainers={trainers}",
+                f"run_dir=t{trainers}",
+            ],
+            workdir,
+            nproc=nproc,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         finals[trainers] = column(rows(workdir / f"t{trainers}"), "train/episode_return")
     for trainers, curve in finals.items():

@@ -35,8 +35,15 @@ def test_tuned_hyper_parameters_apply_to_their_pair_only_and_yield_to_the_comman
 
 
 def tiny_dataset(path: Path, env_id: str) -> str:
-    data = TensorDict(obs=torch.zeros(2, 1), action=torch.zeros(2, 1), reward=torch.zeros(2), next_obs=torch.zeros(2, 1),
-                      terminated=torch.zeros(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool), batch_size=[2])
+    data = TensorDict(
+        obs=torch.zeros(2, 1),
+        action=torch.zeros(2, 1),
+        reward=torch.zeros(2),
+        next_obs=torch.zeros(2, 1),
+        terminated=torch.zeros(2, dtype=torch.bool),
+        truncated=torch.zeros(2, dtype=torch.bool),
+        batch_size=[2],
+    )
     dataset.save(path, data, dataset.Meta(env=env_id, transitions=2, episodes=0, behaviour_return=0.0))
     return str(path)
 
@@ -52,7 +59,10 @@ def test_every_config_in_a_group_composes(group, tmp_path):
         raw = OmegaConf.load(CONF / group / f"{name}.yaml")
         if name in ("iql", "cql") or raw.get("dataset"):  # offline: compose with a dataset for its env
             env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"
-            overrides += ["env=" + ("hopper" if "hopper" in name else "pendulum"), f"dataset={tiny_dataset(tmp_path / name, env)}"]
+            overrides += [
+                "env=" + ("hopper" if "hopper" in name else "pendulum"),
+                f"dataset={tiny_dataset(tmp_path / name, env)}",
+            ]
         cfg = compose_config(*overrides)
         assert isinstance(cfg, Config)
 
@@ -104,7 +114,10 @@ def test_overrides_reach_typed_fields():
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
         ("algo.normalize_reward=true collector.mode=async", "algo.normalize_reward=true with collector.mode=async"),
-        ("algo=iql env=pendulum dataset=x algo.normalize_obs=true", "algo.normalize_obs=true: algo=iql learns from a fixed dataset"),
+        (
+            "algo=iql env=pendulum dataset=x algo.normalize_obs=true",
+            "algo.normalize_obs=true: algo=iql learns from a fixed dataset",
+        ),
         ("algo.obs_clip=0", "algo.obs_clip=0 is out of range: algo=ppo needs it > 0"),
     ],
 )

@@ -66,8 +66,12 @@ def test_flat_region_refuses_a_target_whose_leaves_are_not_one_buffer():
 
 def replay(n: int = 50) -> ReplayBuffer:
     buffer = ReplayBuffer(64, TensorDict(obs=torch.zeros(3), action=torch.zeros(1), terminated=torch.zeros((), dtype=torch.bool)))
-    data = TensorDict(obs=torch.arange(3 * n, dtype=torch.float32).view(n, 3), action=torch.arange(n, dtype=torch.float32)[:, None],
-                      terminated=torch.arange(n) % 2 == 0, batch_size=[n])
+    data = TensorDict(
+        obs=torch.arange(3 * n, dtype=torch.float32).view(n, 3),
+        action=torch.arange(n, dtype=torch.float32)[:, None],
+        terminated=torch.arange(n) % 2 == 0,
+        batch_size=[n],
+    )
     buffer.extend(data)
     return buffer
 
@@ -127,8 +131,14 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
     torch.manual_seed(0)
     trained = algo_cls(cfg, PENDULUM, 1000)
     n = 32
-    frames = TensorDict(obs=torch.randn(n, 3), action=torch.rand(n, 1) * 4 - 2, reward=torch.randn(n), next_obs=torch.randn(n, 3),
-                        terminated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+    frames = TensorDict(
+        obs=torch.randn(n, 3),
+        action=torch.rand(n, 1) * 4 - 2,
+        reward=torch.randn(n),
+        next_obs=torch.randn(n, 3),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        batch_size=[n],
+    )
     trained.update([TensorDict(rollout=frames.unsqueeze(1), batch_size=[])], 0)  # steps taken: Adam has state
     state = TrainerState(trained, Progress(frames=n), 0, None, keep_replay=True).state_dict()
     with saved_as_if_on_a_gpu():
@@ -181,8 +191,18 @@ def test_amp_multiplies_in_bfloat16_but_the_values_losses_regress_stay_float32(n
     assert all(p.dtype == torch.float32 for p in algo.policy.parameters())
 
 
-@pytest.mark.parametrize("name, env", [("sac", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("dqn", "CartPole-v1"), ("iql", "Pendulum-v1"),
-                                       ("cql", "CartPole-v1"), ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1")])
+@pytest.mark.parametrize(
+    "name, env",
+    [
+        ("sac", "Pendulum-v1"),
+        ("td3", "Pendulum-v1"),
+        ("dqn", "CartPole-v1"),
+        ("iql", "Pendulum-v1"),
+        ("cql", "CartPole-v1"),
+        ("ppo", "CartPole-v1"),
+        ("ppo", "Pendulum-v1"),
+    ],
+)
 def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
     """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random actions must
     be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just as CUDA does."""

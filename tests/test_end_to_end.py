@@ -54,7 +54,18 @@ def test_ppo_learns_cartpole_in_one_process(workdir):
 @pytest.mark.parametrize("preset", ["sac_halfcheetah", "td3_hopper", "ppo_halfcheetah"])
 def test_mujoco_presets_run_a_few_thousand_frames(workdir, preset):
     extra = [] if preset.startswith("ppo") else ["algo.learning_starts=512", "algo.batch_size=32", "algo.update_to_data=0.1"]
-    out = run_harness([f"experiment={preset}", "collector.total_frames=2048", "logger.log_every_frames=1024",
-                       "eval.every_frames=0", "logger.console=false", "run_dir=run", *extra], workdir, nproc=1)
+    out = run_harness(
+        [
+            f"experiment={preset}",
+            "collector.total_frames=2048",
+            "logger.log_every_frames=1024",
+            "eval.every_frames=0",
+            "logger.console=false",
+            "run_dir=run",
+            *extra,
+        ],
+        workdir,
+        nproc=1,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(rows(workdir / "run")[-1]["frames"]) >= 2048

@@ -34,8 +34,12 @@ def test_a_broken_episode_is_dropped_and_every_other_frame_counted(monkeypatch):
 
 @pytest.mark.e2e
 def test_a_run_goes_on_when_an_env_raises_and_counts_the_restart(workdir):
-    out = run_harness(["debug=tiny", f"env.id={FLAKY}", "logger.console=false", "run_dir=run"], workdir, nproc=3,
-                      env={**ON_PATH, "FLAKY_STEP": "10", "FLAKY_FAILURES": "1"})
+    out = run_harness(
+        ["debug=tiny", f"env.id={FLAKY}", "logger.console=false", "run_dir=run"],
+        workdir,
+        nproc=3,
+        env={**ON_PATH, "FLAKY_STEP": "10", "FLAKY_FAILURES": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(workdir / "run")
     assert int(table[-1]["frames"]) == 1024
@@ -45,7 +49,10 @@ def test_a_run_goes_on_when_an_env_raises_and_counts_the_restart(workdir):
 
 @pytest.mark.e2e
 def test_an_env_that_keeps_raising_ends_the_run_naming_it_and_its_seed(workdir):
-    out = run_harness(["debug=tiny", f"env.id={FLAKY}", "collector.max_env_restarts=2", "run_dir=run"], workdir,
-                      env={**ON_PATH, "FLAKY_STEP": "5", "FLAKY_FAILURES": "1000"})
+    out = run_harness(
+        ["debug=tiny", f"env.id={FLAKY}", "collector.max_env_restarts=2", "run_dir=run"],
+        workdir,
+        env={**ON_PATH, "FLAKY_STEP": "5", "FLAKY_FAILURES": "1000"},
+    )
     assert out.returncode != 0
     assert f"env {FLAKY} (seed" in out.stderr and "raised 3 times, more than collector.max_env_restarts=2" in out.stderr

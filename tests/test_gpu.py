@@ -27,8 +27,10 @@ from harness.sync.payload import DEVICE_TO_HOST, Payload, weights_of
 from harness.sync.shared_memory import ShmSink
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPUS == 0, reason="needs CUDA: this machine has no GPU (scripts/gpu_check.sh runs "
-                                                                     "this tier on one)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(GPUS == 0, reason="needs CUDA: this machine has no GPU (scripts/gpu_check.sh runs this tier on one)"),
+]
 PENDULUM = env_spec("Pendulum-v1")
 
 
@@ -84,8 +86,11 @@ def publish_from_gpu(rank, world, schemes, versions):
     seen = {}
     for scheme in schemes:
         m = pack_parameters_(model("cuda")) if rank == 0 else model()
-        end = make_publisher(SyncConfig(name=scheme, timeout_s=30), rank, groups) if rank == 0 else \
-            make_subscriber(SyncConfig(name=scheme, timeout_s=30), rank, groups)
+        end = (
+            make_publisher(SyncConfig(name=scheme, timeout_s=30), rank, groups)
+            if rank == 0
+            else make_subscriber(SyncConfig(name=scheme, timeout_s=30), rank, groups)
+        )
         end.connect({"policy": m})
         if rank == 0:
             for v in range(versions):
@@ -124,8 +129,11 @@ def nccl_weights(rank, world):
     torch.cuda.set_device(rank)
     groups = init_distributed(Layout.from_env(1), 60, nccl_sync=True, nccl_device=torch.device("cuda", rank))
     m = pack_parameters_(model(f"cuda:{rank}"))
-    end = make_publisher(SyncConfig(name="nccl", timeout_s=30), rank, groups) if rank == 0 else \
-        make_subscriber(SyncConfig(name="nccl", timeout_s=30), rank, groups)
+    end = (
+        make_publisher(SyncConfig(name="nccl", timeout_s=30), rank, groups)
+        if rank == 0
+        else make_subscriber(SyncConfig(name="nccl", timeout_s=30), rank, groups)
+    )
     end.connect({"policy": m})
     ok = True
     for version in range(5):
@@ -161,8 +169,14 @@ def test_replay_samples_reach_the_gpu_through_one_reused_pinned_buffer():
 
 
 def sac_frames(n: int = 64) -> list[TensorDict]:
-    frames = TensorDict(obs=torch.randn(n, 3), action=torch.rand(n, 1) * 4 - 2, reward=torch.randn(n), next_obs=torch.randn(n, 3),
-                        terminated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+    frames = TensorDict(
+        obs=torch.randn(n, 3),
+        action=torch.rand(n, 1) * 4 - 2,
+        reward=torch.randn(n),
+        next_obs=torch.randn(n, 3),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        batch_size=[n],
+    )
     return [TensorDict(rollout=frames.unsqueeze(1), batch_size=[])]
 
 

@@ -19,17 +19,41 @@ def returns(run_dir) -> list[float]:
 # one run each covers both precisions.
 @pytest.mark.parametrize("preset, amp", [("sac_pendulum", "bf16"), ("td3_pendulum", "off")])
 def test_continuous_control_learns_pendulum(workdir, preset, amp):
-    out = run_harness([f"experiment={preset}", f"algo.amp={amp}", "collector.total_frames=7168", "eval.every_frames=0",
-                       "logger.console=false", "run_dir=run"], workdir, nproc=1, timeout=600)
+    out = run_harness(
+        [
+            f"experiment={preset}",
+            f"algo.amp={amp}",
+            "collector.total_frames=7168",
+            "eval.every_frames=0",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=1,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     curve = returns(workdir / "run")
     assert max(curve[-2:]) > -700, curve
 
 
 def test_dqn_learns_cartpole(workdir):
-    out = run_harness(["experiment=dqn_cartpole", "collector.total_frames=30000", "algo.learning_starts=1000",
-                       "algo.exploration_fraction=0.3", "algo.target_network_frequency=100", "algo.update_to_data=0.25",
-                       "logger.log_every_frames=3000", "logger.console=false", "run_dir=run"], workdir, nproc=1, timeout=600)
+    out = run_harness(
+        [
+            "experiment=dqn_cartpole",
+            "collector.total_frames=30000",
+            "algo.learning_starts=1000",
+            "algo.exploration_fraction=0.3",
+            "algo.target_network_frequency=100",
+            "algo.update_to_data=0.25",
+            "logger.log_every_frames=3000",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=1,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     curve = returns(workdir / "run")
     assert max(curve[-3:]) > 150, curve
@@ -37,8 +61,20 @@ def test_dqn_learns_cartpole(workdir):
 
 def test_offpolicy_runs_distributed_with_random_warmup_then_learning(workdir):
     """Async collection through torchrun: the replay fills, gradient steps follow update_to_data."""
-    out = run_harness(["experiment=sac_pendulum", "collector.total_frames=1536", "algo.learning_starts=512", "algo.batch_size=64",
-                       "eval.every_frames=0", "logger.log_every_frames=512", "logger.console=false", "run_dir=run"], workdir, nproc=3)
+    out = run_harness(
+        [
+            "experiment=sac_pendulum",
+            "collector.total_frames=1536",
+            "algo.learning_starts=512",
+            "algo.batch_size=64",
+            "eval.every_frames=0",
+            "logger.log_every_frames=512",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=3,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     last = rows(workdir / "run")[-1]
     assert int(last["train/replay_size"]) == int(last["frames"])
@@ -50,8 +86,19 @@ def test_ppo_with_normalisation_learns_a_mujoco_task(workdir):
     scaling, CleanRL's continuous hyper-parameters) on the cheaper
     InvertedPendulum-v5, through torchrun: the collector acts through the
     statistics the trainer publishes with the policy."""
-    out = run_harness(["experiment=ppo_halfcheetah", "env.id=InvertedPendulum-v5", "collector.total_frames=20480",
-                       "logger.log_every_frames=4096", "logger.console=false", "run_dir=run"], workdir, nproc=2, timeout=600)
+    out = run_harness(
+        [
+            "experiment=ppo_halfcheetah",
+            "env.id=InvertedPendulum-v5",
+            "collector.total_frames=20480",
+            "logger.log_every_frames=4096",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=2,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     curve = returns(workdir / "run")
     assert max(curve[-2:]) > 50, curve

@@ -67,8 +67,19 @@ def evaluated_run(tmp_path_factory) -> Run:
     768 frames; the final ones are not evaluated online), records the 1st and 3rd evaluations
     (eval.video_every=2), writes TensorBoard too and keeps a checkpoint of every 256 frames."""
     where = tmp_path_factory.mktemp("evaluated")
-    out = run_harness([*TINY, "logger.backends=[csv,tensorboard]", "eval.every_frames=256", "eval.episodes=1",
-                       "eval.video_every=2", "checkpoint.every_frames=256", "checkpoint.keep=4", "run_dir=run"], where)
+    out = run_harness(
+        [
+            *TINY,
+            "logger.backends=[csv,tensorboard]",
+            "eval.every_frames=256",
+            "eval.episodes=1",
+            "eval.video_every=2",
+            "checkpoint.every_frames=256",
+            "checkpoint.keep=4",
+            "run_dir=run",
+        ],
+        where,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return Run(where / "run", out)
 
@@ -81,9 +92,13 @@ def evaluation_returns(run_dir: Path) -> list[float]:
 
 # -- the console ---------------------------------------------------------------------------------------------
 
-BAR = re.compile(r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s (?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)")
-LINE = re.compile(r"frames +(?P<done>[\d,]+)/1,024 \( *(?P<percent>[\d.]+)%\) \| +(?P<rate>[\d,]+) frames/s \| "
-                  r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+)(?: \| eval (?P<eval>-?[\d.]+))? \| lag (?P<lag>[\d.]+)")
+BAR = re.compile(
+    r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s (?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)"
+)
+LINE = re.compile(
+    r"frames +(?P<done>[\d,]+)/1,024 \( *(?P<percent>[\d.]+)%\) \| +(?P<rate>[\d,]+) frames/s \| "
+    r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+)(?: \| eval (?P<eval>-?[\d.]+))? \| lag (?P<lag>[\d.]+)"
+)
 
 
 @pytest.mark.e2e
@@ -159,6 +174,7 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
 
 # -- Ctrl-C ----------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(workdir):
     """The launch of scripts/train.sh (harness.launch, 1 trainer + 2 collectors) on a terminal."""
@@ -174,7 +190,9 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     text = first.text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert text.count(signals.ACK.strip()) == 1
-    said = re.findall(r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command with run_dir=(\S+)", text)
+    said = re.findall(
+        r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command with run_dir=(\S+)", text
+    )
     assert len(said) == 1 and text.count("Resume:") == 1, text[-3000:]
     step, where = int(said[0][0]), said[0][1]
     assert where == str(run_dir.resolve())
@@ -196,6 +214,7 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
 
 
 # -- TensorBoard -------------------------------------------------------------------------------------------
+
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """What TensorBoard shows: every scalar tag's (step, value) in order."""
@@ -243,6 +262,7 @@ def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
 
 # -- evaluation videos, python -m harness.evaluate -----------------------------------------------------------
 
+
 def decoded(path: Path) -> list[np.ndarray]:
     import av
 
@@ -259,7 +279,9 @@ def test_evaluation_videos_hold_one_frame_per_step_of_the_episode(evaluated_run)
     run_dir = evaluated_run.run_dir
     returns = evaluation_returns(run_dir)
     videos = sorted((run_dir / "videos").glob("eval-*"))
-    assert [v.name[:18] for v in videos] == ["eval-000000000256-", "eval-000000000768-"] and all(v.suffix == ".mp4" for v in videos)
+    assert [v.name[:18] for v in videos] == ["eval-000000000256-", "eval-000000000768-"] and all(
+        v.suffix == ".mp4" for v in videos
+    )
     for path, expected in zip(videos, (returns[0], returns[2])):  # the 1st and the 3rd evaluation
         frames = decoded(path)
         assert len(frames) == int(expected) == expected, path.name
@@ -286,8 +308,9 @@ def test_videos_without_the_extra_fail_at_start_up_saying_what_to_install(monkey
 
 
 def evaluate(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.evaluate", *args], cwd=cwd, env=launch_env(),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.evaluate", *args], cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=120
+    )
 
 
 def printed_mean(out: subprocess.CompletedProcess) -> str:
@@ -321,15 +344,17 @@ def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
     (run_dir / "config.yaml").write_text("env: {id: CartPole-v1}\nseed: 1\neval: {episodes: 2}\n")
     (tmp_path / "started").mkdir()
     (tmp_path / "started/config.yaml").write_text((run_dir / "config.yaml").read_text())
-    for args, says in (([str(run_dir), "episodes=abc"], "episodes=abc is not a whole number"),
-                       ([str(run_dir), "episodes=0"], "episodes must be at least 1"),
-                       ([str(run_dir), "step=1.5"], "step=1.5 is not a whole number"),
-                       ([str(run_dir), "video=maybe"], "video=maybe is not true or false"),
-                       ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.evaluate"),
-                       ([str(run_dir), "step=100"], "has no checkpoint at step 100; it has: [512]"),
-                       ([str(tmp_path)], "is not a run directory (no config.yaml)"),
-                       ([str(tmp_path / "started")], "started has no checkpoint yet"),
-                       ([], "usage: python -m harness.evaluate RUN_DIR")):
+    for args, says in (
+        ([str(run_dir), "episodes=abc"], "episodes=abc is not a whole number"),
+        ([str(run_dir), "episodes=0"], "episodes must be at least 1"),
+        ([str(run_dir), "step=1.5"], "step=1.5 is not a whole number"),
+        ([str(run_dir), "video=maybe"], "video=maybe is not true or false"),
+        ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.evaluate"),
+        ([str(run_dir), "step=100"], "has no checkpoint at step 100; it has: [512]"),
+        ([str(tmp_path)], "is not a run directory (no config.yaml)"),
+        ([str(tmp_path / "started")], "started has no checkpoint yet"),
+        ([], "usage: python -m harness.evaluate RUN_DIR"),
+    ):
         with pytest.raises(SystemExit) as stopped:
             evaluate_module.main(args)
         assert isinstance(stopped.value.code, str) and says in stopped.value.code, (args, stopped.value.code)  # exit status 1
@@ -340,12 +365,31 @@ def test_evaluate_scores_the_final_checkpoint_as_the_run_logged_it(workdir):
     """An offline run's last row waits for the final weights' evaluation, so
     ``python -m harness.evaluate RUN_DIR`` (the newest checkpoint: the final one)
     prints the last eval/return in metrics.csv."""
-    dataset = subprocess.run([sys.executable, "-m", "harness.write_dataset", "env=cartpole", "out=rand", "frames=500"],
-                             cwd=workdir, env=launch_env(), capture_output=True, text=True, timeout=120)
+    dataset = subprocess.run(
+        [sys.executable, "-m", "harness.write_dataset", "env=cartpole", "out=rand", "frames=500"],
+        cwd=workdir,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dataset.returncode == 0, dataset.stderr[-3000:]
-    out = run_harness(["algo=cql", "env=cartpole", "dataset=rand", "algo.hidden=32", "algo.compile=false", "algo.gradient_steps=100",
-                       "sync.publish_every_updates=50", "logger.log_every_frames=50", "eval.episodes=3",
-                       "logger.console=false", "run_dir=run"], workdir)
+    out = run_harness(
+        [
+            "algo=cql",
+            "env=cartpole",
+            "dataset=rand",
+            "algo.hidden=32",
+            "algo.compile=false",
+            "algo.gradient_steps=100",
+            "sync.publish_every_updates=50",
+            "logger.log_every_frames=50",
+            "eval.episodes=3",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     last = rows(workdir / "run")[-1]
     assert int(last["gradient_steps"]) == 100 and int(float(last["eval/version"])) == 2  # the final weights',

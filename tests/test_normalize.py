@@ -30,7 +30,9 @@ NORMALIZED = ("env=pendulum", "debug=tiny", "algo.normalize_obs=true", "algo.nor
 def stream(seed: int, n: int, shape: tuple[int, ...] = (3,)) -> torch.Tensor:
     """A fixed stream, far from mean 0 and variance 1, with one dimension far from the others."""
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(n, *shape, generator=g, dtype=torch.float64) * torch.tensor([10.0, 0.1, 3.0]) + torch.tensor([5.0, -2.0, 1e3]))
+    return torch.randn(n, *shape, generator=g, dtype=torch.float64) * torch.tensor([10.0, 0.1, 3.0]) + torch.tensor(
+        [5.0, -2.0, 1e3]
+    )
 
 
 @pytest.mark.unit
@@ -101,14 +103,21 @@ def test_a_collectors_normalised_observations_are_the_trainers_for_the_same_vers
 @pytest.mark.unit
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_a_checkpoint_keeps_the_statistics_and_evaluation_acts_through_them(tmp_path, name):
-    cfg = compose_config(f"algo={name}", "env=pendulum", "algo.normalize_obs=true", f"run_dir={tmp_path}",
-                         *(["algo.normalize_reward=true"] if name == "ppo" else []))
+    cfg = compose_config(
+        f"algo={name}",
+        "env=pendulum",
+        "algo.normalize_obs=true",
+        f"run_dir={tmp_path}",
+        *(["algo.normalize_reward=true"] if name == "ppo" else []),
+    )
     algo = ALGOS[name](cfg.algo, PENDULUM, cfg.collector.total_frames)
     algo.obs_norm.update(stream(2, 100))
     if name == "ppo":
         algo.reward_scaler.scale(torch.randn(5, 4), torch.zeros(5, 4, dtype=torch.bool))
     OmegaConf.save(OmegaConf.structured(cfg), tmp_path / "config.yaml")
-    checkpoint.save(tmp_path, {"algo": algo.state_dict(), "progress": {"frames": 0}}, {"algo": name, "env": "Pendulum-v1", "step": 0}, 1)
+    checkpoint.save(
+        tmp_path, {"algo": algo.state_dict(), "progress": {"frames": 0}}, {"algo": name, "env": "Pendulum-v1", "step": 0}, 1
+    )
     state, _, _ = checkpoint.load_latest(tmp_path, name, "Pendulum-v1")  # weights_only
     again = ALGOS[name](cfg.algo, PENDULUM, cfg.collector.total_frames)
     again.load_state_dict(state["algo"])
@@ -133,8 +142,13 @@ def two_trainers(rank: int, world: int) -> dict:
         batch["rollout", "obs"].copy_(stream(10 + rank, 16).float().view(8, 2, 3))
         batch["rollout", "reward"].copy_(torch.randn(8, 2, generator=torch.Generator().manual_seed(20 + rank)))
         algo.update([batch], 0)
-        stats = {"mean": algo.obs_norm.mean, "var": algo.obs_norm.var, "count": algo.obs_norm.count,
-                 "return_var": algo.reward_scaler.return_stats.var, "actor": torch.cat([p.flatten() for p in algo.policy.parameters()])}
+        stats = {
+            "mean": algo.obs_norm.mean,
+            "var": algo.obs_norm.var,
+            "count": algo.obs_norm.count,
+            "return_var": algo.reward_scaler.return_stats.var,
+            "actor": torch.cat([p.flatten() for p in algo.policy.parameters()]),
+        }
         return {k: v.tolist() for k, v in stats.items()}  # plain values: tensors would not outlive this process
     finally:
         dist.destroy_process_group()

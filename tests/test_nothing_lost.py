@@ -21,7 +21,9 @@ TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "ru
 
 def snapshot(run_dir: Path) -> dict[str, str]:
     """Every file under ``run_dir`` with the hash of its bytes."""
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -32,12 +34,15 @@ def finished_run(workdir) -> Path:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("override, message", [
-    ("env=acrobot", "env.id: CartPole-v1 -> Acrobot-v1"),
-    ("seed=2", "seed: 1 -> 2"),
-    ("algo.lr=5e-4", "algo.lr: 0.001 -> 0.0005"),
-    ("checkpoint.resume=false", "checkpoint.resume=false would mix the two runs"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("env=acrobot", "env.id: CartPole-v1 -> Acrobot-v1"),
+        ("seed=2", "seed: 1 -> 2"),
+        ("algo.lr=5e-4", "algo.lr: 0.001 -> 0.0005"),
+        ("checkpoint.resume=false", "checkpoint.resume=false would mix the two runs"),
+    ],
+)
 def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finished_run, override, message):
     before = snapshot(finished_run)
     out = run_harness([*TINY, override], workdir)
@@ -51,7 +56,8 @@ def test_a_run_saved_before_a_setting_existed_resumes_when_the_setting_keeps_its
     saved = {"algo": {"name": "cql", "cql_alpha": 10.0}, "seed": 1}  # written by a harness without algo.amp
     assert run_directory.differences(saved, {"algo": {"name": "cql", "cql_alpha": 10.0, "amp": "off"}, "seed": 1}) == []
     assert run_directory.differences(saved, {"algo": {"name": "cql", "cql_alpha": 10.0, "amp": "bf16"}, "seed": 1}) == [
-        "algo.amp: off -> bf16"]
+        "algo.amp: off -> bf16"
+    ]
 
 
 @pytest.mark.e2e
@@ -99,7 +105,9 @@ def test_no_checkpoint_is_written_from_weights_that_are_not_finite(tmp_path):
 def test_config_yaml_keeps_an_environment_interpolation_unresolved(workdir, monkeypatch):
     token = "not-a-real-token-0123456789"
     monkeypatch.setenv("HARNESS_TEST_TOKEN", token)
-    out = run_harness(["debug=tiny", "logger.console=false", "run_dir=run", "logger.tags=[${oc.env:HARNESS_TEST_TOKEN}]"], workdir)
+    out = run_harness(
+        ["debug=tiny", "logger.console=false", "run_dir=run", "logger.tags=[${oc.env:HARNESS_TEST_TOKEN}]"], workdir
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     saved = (workdir / "run" / "config.yaml").read_text()
     assert "${oc.env:HARNESS_TEST_TOKEN}" in saved and token not in saved
@@ -117,8 +125,15 @@ class LeavesAMarker:
 
 def dataset_with_a_pickled_field(path: Path, marker: Path) -> None:
     n = 16
-    data = TensorDict(obs=torch.zeros(n, 3), action=torch.zeros(n, 1), reward=torch.zeros(n), next_obs=torch.zeros(n, 3),
-                      terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool), batch_size=[n])
+    data = TensorDict(
+        obs=torch.zeros(n, 3),
+        action=torch.zeros(n, 1),
+        reward=torch.zeros(n),
+        next_obs=torch.zeros(n, 3),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        batch_size=[n],
+    )
     data.set_non_tensor("note", LeavesAMarker(marker))
     data.memmap_(str(path / "data"))
     dataset.finish(path, dataset.Meta(env="Pendulum-v1", transitions=n, episodes=0, behaviour_return=0.0))
@@ -146,12 +161,15 @@ def test_an_offline_launch_on_a_pickled_dataset_exits_naming_it_and_runs_nothing
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("overrides, message", [
-    (["sync=shm", "sync.poll_interval_s=-1"], "sync.poll_interval_s must be >= 0"),
-    (["algo=sac", "env=cartpole"], "algo=sac needs continuous actions"),
-    (["+collector.total_frame=10"], "did you mean collector.total_frames?"),
-    (["dist_timeout_s=-1"], "dist_timeout_s must be > 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["sync=shm", "sync.poll_interval_s=-1"], "sync.poll_interval_s must be >= 0"),
+        (["algo=sac", "env=cartpole"], "algo=sac needs continuous actions"),
+        (["+collector.total_frame=10"], "did you mean collector.total_frames?"),
+        (["dist_timeout_s=-1"], "dist_timeout_s must be > 0"),
+    ],
+)
 def test_a_rejected_value_stops_the_launch_before_any_rank_starts_naming_the_option(workdir, overrides, message):
     out = run_harness([*overrides, "run_dir=run"], workdir, nproc=3, timeout=120)
     assert out.returncode != 0 and message in out.stderr
@@ -161,15 +179,22 @@ def test_a_rejected_value_stops_the_launch_before_any_rank_starts_naming_the_opt
 @pytest.mark.e2e
 @pytest.mark.parametrize("nproc", ["0", "-2", "three"])
 def test_train_script_refuses_a_bad_rank_count_with_a_sentence(workdir, nproc):
-    out = subprocess.run(["bash", str(ROOT / "scripts/train.sh")], cwd=workdir, env={**os.environ, "NPROC": nproc},
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts/train.sh")],
+        cwd=workdir,
+        env={**os.environ, "NPROC": nproc},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and f"NPROC={nproc}: the number of ranks" in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.e2e
 def test_a_local_sweep_gives_each_job_its_own_run_directory(workdir):
-    out = run_harness(["-m", "debug=tiny", "logger.console=false", "collector.total_frames=256", "seed=1,2,3"], workdir,
-                      timeout=300)
+    out = run_harness(
+        ["-m", "debug=tiny", "logger.console=false", "collector.total_frames=256", "seed=1,2,3"], workdir, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     runs = sorted(p.parent for p in workdir.glob("runs/sweep-*/*/metrics.csv"))
     # <sweep dir>/<the job's overrides>: one directory per combination

@@ -26,22 +26,30 @@ PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
     launcher = [sys.executable] if nproc == 1 else [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([*launcher, "-m", "harness.write_dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*launcher, "-m", "harness.write_dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
     g = torch.Generator().manual_seed(0)
     return TensorDict(
-        obs=torch.randn(n, obs_dim, generator=g), action=torch.rand(n, 1, generator=g) * 4 - 2,
-        reward=torch.randn(n, generator=g), next_obs=torch.randn(n, obs_dim, generator=g),
-        terminated=torch.rand(n, generator=g) < 0.1, truncated=torch.rand(n, generator=g) < 0.1, batch_size=[n],
+        obs=torch.randn(n, obs_dim, generator=g),
+        action=torch.rand(n, 1, generator=g) * 4 - 2,
+        reward=torch.randn(n, generator=g),
+        next_obs=torch.randn(n, obs_dim, generator=g),
+        terminated=torch.rand(n, generator=g) < 0.1,
+        truncated=torch.rand(n, generator=g) < 0.1,
+        batch_size=[n],
     )
 
 
 @pytest.mark.unit
 def test_dataset_round_trip_is_bit_exact(tmp_path):
     data = random_transitions(1000)
-    meta = dataset.Meta(env="Pendulum-v1", transitions=1000, episodes=5, behaviour_return=-500.0, random_return=-1200.0, expert_return=-150.0)
+    meta = dataset.Meta(
+        env="Pendulum-v1", transitions=1000, episodes=5, behaviour_return=-500.0, random_return=-1200.0, expert_return=-150.0
+    )
     dataset.save(tmp_path / "ds", data, meta)
     loaded, loaded_meta = dataset.load(tmp_path / "ds", "Pendulum-v1")
     assert loaded_meta == meta
@@ -52,7 +60,9 @@ def test_dataset_round_trip_is_bit_exact(tmp_path):
 
 @pytest.mark.unit
 def test_dataset_for_another_env_is_refused(tmp_path):
-    dataset.save(tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0))
+    dataset.save(
+        tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0)
+    )
     with pytest.raises(dataset.DatasetError, match="collected on Pendulum-v1, but this run is env.id=CartPole-v1"):
         dataset.load(tmp_path / "ds", "CartPole-v1")
     data, _ = dataset.load(tmp_path / "ds")
@@ -118,14 +128,36 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
         while not done:
             action = env.action_space.sample()
             obs, reward, terminated, truncated, _ = env.step(action)
-            observations.append(obs), actions.append(action), rewards.append(reward), terms.append(terminated), truncs.append(truncated)
+            (
+                observations.append(obs),
+                actions.append(action),
+                rewards.append(reward),
+                terms.append(terminated),
+                truncs.append(truncated),
+            )
             done = terminated or truncated
-        episodes.append(EpisodeBuffer(observations=np.array(observations), actions=np.array(actions), rewards=np.array(rewards),
-                                      terminations=np.array(terms), truncations=np.array(truncs)))
-    minari.create_dataset_from_buffers(dataset_id="pendulum/test-v0", buffer=episodes, env=env, eval_env=env.spec,
-                                       algorithm_name="random", author="harness tests", author_email="tests@harness.invalid",
-                                       code_permalink="https://example.invalid/harness", description="two random episodes",
-                                       ref_min_score=-1200.0, ref_max_score=-150.0)
+        episodes.append(
+            EpisodeBuffer(
+                observations=np.array(observations),
+                actions=np.array(actions),
+                rewards=np.array(rewards),
+                terminations=np.array(terms),
+                truncations=np.array(truncs),
+            )
+        )
+    minari.create_dataset_from_buffers(
+        dataset_id="pendulum/test-v0",
+        buffer=episodes,
+        env=env,
+        eval_env=env.spec,
+        algorithm_name="random",
+        author="harness tests",
+        author_email="tests@harness.invalid",
+        code_permalink="https://example.invalid/harness",
+        description="two random episodes",
+        ref_min_score=-1200.0,
+        ref_max_score=-150.0,
+    )
     data, meta = dataset.load("minari:pendulum/test-v0", "Pendulum-v1")
     assert data.shape == (400,) and meta.transitions == 400 and meta.episodes == 2
     first = episodes[0]
@@ -180,10 +212,15 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("algo,spec", [(IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
-                                       (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
-                                       (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE)],
-                         ids=["iql", "cql", "cql-discrete"])
+@pytest.mark.parametrize(
+    "algo,spec",
+    [
+        (IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
+        (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
+        (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE),
+    ],
+    ids=["iql", "cql", "cql-discrete"],
+)
 def test_offline_updates_run_and_change_the_policy(algo, spec):
     n = 64
     data = random_transitions(n, obs_dim=spec.obs_shape[0])
@@ -214,9 +251,24 @@ def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     collector ranks evaluating published weights, does far better."""
     done = write_dataset(["env=cartpole", "out=rand", "frames=20000", "reference.episodes=20"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
-    run = run_harness(["algo=cql", "env=cartpole", "dataset=rand", "algo.gradient_steps=3000", "algo.cql_alpha=1.0",
-                       "algo.tau=1.0", "algo.target_update_every=100", "algo.hidden=64", "sync.publish_every_updates=250",
-                       "logger.log_every_frames=500", "eval.episodes=5", "run_dir=run"], workdir, nproc=3)
+    run = run_harness(
+        [
+            "algo=cql",
+            "env=cartpole",
+            "dataset=rand",
+            "algo.gradient_steps=3000",
+            "algo.cql_alpha=1.0",
+            "algo.tau=1.0",
+            "algo.target_update_every=100",
+            "algo.hidden=64",
+            "sync.publish_every_updates=250",
+            "logger.log_every_frames=500",
+            "eval.episodes=5",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=3,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     with (workdir / "run" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -233,8 +285,16 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
     continues from the first one's checkpoint."""
     done = write_dataset(["env=cartpole", "out=rand", "frames=1000"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
-    common = ["algo=cql", "env=cartpole", "dataset=rand", "algo.hidden=32", "sync.publish_every_updates=100",
-              "logger.log_every_frames=100", "eval.episodes=2", "run_dir=run"]
+    common = [
+        "algo=cql",
+        "env=cartpole",
+        "dataset=rand",
+        "algo.hidden=32",
+        "sync.publish_every_updates=100",
+        "logger.log_every_frames=100",
+        "eval.episodes=2",
+        "run_dir=run",
+    ]
     first = run_harness([*common, "algo.gradient_steps=200"], workdir)
     assert first.returncode == 0, first.stderr[-3000:]
     second = run_harness([*common, "algo.gradient_steps=400"], workdir)
@@ -255,7 +315,11 @@ def test_dataset_from_a_trained_checkpoint(workdir):
     done = write_dataset(["env=cartpole", "out=ds", "frames=300", "policy=ppo", "reference.expert_policy=ppo"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     _, meta = dataset.load(workdir / "ds", "CartPole-v1")
-    assert meta.sources[0]["algo"] == "ppo" and meta.sources[0]["frames"] == 1024 and "step-000000001024" in meta.sources[0]["policy"]
+    assert (
+        meta.sources[0]["algo"] == "ppo"
+        and meta.sources[0]["frames"] == 1024
+        and "step-000000001024" in meta.sources[0]["policy"]
+    )
     assert meta.expert_return is not None and meta.expert_return > 0
     wrong = write_dataset(["env=pendulum", "out=ds2", "frames=300", "policy=ppo"], workdir)
     assert wrong.returncode != 0 and "was trained on CartPole-v1, but env.id=Pendulum-v1" in wrong.stderr

@@ -54,9 +54,14 @@ def test_replay_on_disk_is_memory_mapped(tmp_path):
 def batch(n=2, discrete=False):
     g = torch.Generator().manual_seed(0)
     obs_dim = 4 if discrete else 3
-    return TensorDict(obs=torch.randn(n, obs_dim, generator=g), next_obs=torch.randn(n, obs_dim, generator=g), reward=torch.tensor([1.0, 2.0]),
-                      terminated=torch.tensor([False, True]),
-                      action=torch.zeros(n, dtype=torch.int64) if discrete else torch.zeros(n, 1), batch_size=[n])
+    return TensorDict(
+        obs=torch.randn(n, obs_dim, generator=g),
+        next_obs=torch.randn(n, obs_dim, generator=g),
+        reward=torch.tensor([1.0, 2.0]),
+        terminated=torch.tensor([False, True]),
+        action=torch.zeros(n, dtype=torch.int64) if discrete else torch.zeros(n, 1),
+        batch_size=[n],
+    )
 
 
 @pytest.mark.unit
@@ -127,8 +132,13 @@ def test_epsilon_decays_linearly_with_the_global_frame_count():
 @pytest.mark.unit
 def test_update_to_data_is_held_per_frame():
     dqn = DQN(DQNConfig(learning_starts=0, update_to_data=0.25, batch_size=4), CARTPOLE, 10_000)
-    rollout = TensorDict(obs=torch.zeros(8, 2, 4), next_obs=torch.zeros(8, 2, 4), reward=torch.zeros(8, 2),
-                         action=torch.zeros(8, 2, dtype=torch.int64), terminated=torch.zeros(8, 2, dtype=torch.bool),
-                         batch_size=[8, 2])
+    rollout = TensorDict(
+        obs=torch.zeros(8, 2, 4),
+        next_obs=torch.zeros(8, 2, 4),
+        reward=torch.zeros(8, 2),
+        action=torch.zeros(8, 2, dtype=torch.int64),
+        terminated=torch.zeros(8, 2, dtype=torch.bool),
+        batch_size=[8, 2],
+    )
     metrics = dqn.update([TensorDict(rollout=rollout)], frames=0)
     assert metrics["train/gradient_steps"] == 4 and metrics["train/replay_size"] == 16

@@ -13,15 +13,41 @@ pytestmark = pytest.mark.unit
 
 def layout(rank: int, world: int, trainers: int = 1, per_node: int | None = None) -> Layout:
     per_node = per_node or world
-    env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % per_node),
-           "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(rank // per_node)}
+    env = {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank % per_node),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "GROUP_RANK": str(rank // per_node),
+    }
     return Layout.from_env(trainers, env=env)
 
 
-def placements(world, trainers=1, per_node=None, trainer_device="auto", collector_device="auto",
-               trainer_threads="auto", collector_threads="auto", nccl=False, cores=16, gpus=0):
-    return [place(layout(r, world, trainers, per_node), trainer_device, collector_device, trainer_threads,
-                  collector_threads, nccl, cores=cores, gpus=gpus) for r in range(world)]
+def placements(
+    world,
+    trainers=1,
+    per_node=None,
+    trainer_device="auto",
+    collector_device="auto",
+    trainer_threads="auto",
+    collector_threads="auto",
+    nccl=False,
+    cores=16,
+    gpus=0,
+):
+    return [
+        place(
+            layout(r, world, trainers, per_node),
+            trainer_device,
+            collector_device,
+            trainer_threads,
+            collector_threads,
+            nccl,
+            cores=cores,
+            gpus=gpus,
+        )
+        for r in range(world)
+    ]
 
 
 def test_cpu_node_trainer_takes_the_cores_collectors_leave():

@@ -75,8 +75,14 @@ def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
     raise AssertionError(f"no worker with RANK={rank} among {children}")
 
 
-LONG = [*TINY, "collector.total_frames=40960", "checkpoint.every_frames=2048", "logger.log_every_frames=1024",
-        "dist_timeout_s=20", "sync.timeout_s=20"]
+LONG = [
+    *TINY,
+    "collector.total_frames=40960",
+    "checkpoint.every_frames=2048",
+    "logger.log_every_frames=1024",
+    "dist_timeout_s=20",
+    "sync.timeout_s=20",
+]
 
 
 def test_sigterm_checkpoints_within_seconds_and_the_same_command_resumes(workdir):
@@ -111,9 +117,18 @@ def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(wo
 
 
 def test_replay_buffer_travels_in_the_checkpoint_when_asked(workdir):
-    args = ["experiment=sac_pendulum", "collector.total_frames=640", "algo.learning_starts=256", "algo.batch_size=16",
-            "algo.update_to_data=0.1", "eval.every_frames=0", "checkpoint.replay_buffer=true", "logger.console=false",
-            "logger.log_every_frames=320", "run_dir=run"]
+    args = [
+        "experiment=sac_pendulum",
+        "collector.total_frames=640",
+        "algo.learning_starts=256",
+        "algo.batch_size=16",
+        "algo.update_to_data=0.1",
+        "eval.every_frames=0",
+        "checkpoint.replay_buffer=true",
+        "logger.console=false",
+        "logger.log_every_frames=320",
+        "run_dir=run",
+    ]
     assert run_harness(args, workdir, nproc=1).returncode == 0
     state = torch.load(workdir / "run/checkpoints/step-000000000640/state.pt", weights_only=True)
     assert state["replay"]["size"] == 640

@@ -42,9 +42,17 @@ def test_two_nodes_train_over_their_own_interfaces(workdir, two_nodes, scheme):
     node's segment, which shares /dev/shm (one kernel) with the first's."""
     before, carried = segments(), sum(node.bytes_received() for node in two_nodes)
     args = ["-m", "harness.train", "debug=tiny", f"sync={scheme}", f"run_dir={workdir / 'run'}", "logger.console=false"]
-    launches = [subprocess.Popen(node.torchrun(i, two_nodes[0], 2, args, run_id=f"two-nodes-{scheme}"), cwd=workdir,
-                                 env=launch_env(node.env()), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for i, node in enumerate(two_nodes)]
+    launches = [
+        subprocess.Popen(
+            node.torchrun(i, two_nodes[0], 2, args, run_id=f"two-nodes-{scheme}"),
+            cwd=workdir,
+            env=launch_env(node.env()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, node in enumerate(two_nodes)
+    ]
     try:
         outs = [p.communicate(timeout=300) for p in launches]
     finally:
@@ -65,8 +73,12 @@ def test_one_trainer_and_31_collectors_start_run_and_stop(workdir):
     hierarchical at 32 ranks are measured by benchmarks/scale.py (a launch
     of 32 ranks takes a minute or two here: docs/scaling.md)."""
     before = segments()
-    out = run_harness(["debug=tiny", "sync=shm", "collector.total_frames=3968", "run_dir=run", "logger.console=false"],
-                      workdir, nproc=32, timeout=560)
+    out = run_harness(
+        ["debug=tiny", "sync=shm", "collector.total_frames=3968", "run_dir=run", "logger.console=false"],
+        workdir,
+        nproc=32,
+        timeout=560,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(workdir / "run")
     assert int(table[-1]["frames"]) == 3968  # 2 rounds of 31 collectors x 64 frames

@@ -48,7 +48,9 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b) and not Path(f"/usr/sbin/{b}").exists()]
+    missing = [
+        b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b) and not Path(f"/usr/sbin/{b}").exists()
+    ]
     if missing:
         pytest.skip(f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install slurm-wlm, as .ci/run does")
     if os.geteuid() != 0:
@@ -67,9 +69,11 @@ def slurm(tmp_path_factory):
     daemons.append(subprocess.Popen(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(d / "slurm.conf")], env=env))
     daemons.append(subprocess.Popen(["/usr/sbin/slurmd", "-D", "-N", "localhost", "-f", str(d / "slurm.conf")], env=env))
     try:
+
         def idle():
             out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout
             return "idle" in out
+
         wait_for(idle, 60, "slurmd to register")
         yield env
     finally:
@@ -91,9 +95,22 @@ def job_env(slurm, run_dir: Path, **extra) -> dict:
 
 
 def test_single_node_script_runs_a_tiny_job_to_the_end(slurm, tmp_path):
-    out = subprocess.run(["sbatch", "--wait", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"),
-                          "debug=tiny", "logger.console=false"], env=job_env(slurm, tmp_path / "run"), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            "-o",
+            str(tmp_path / "job.out"),
+            str(ROOT / "slurm/single_node.sbatch"),
+            "debug=tiny",
+            "logger.console=false",
+        ],
+        env=job_env(slurm, tmp_path / "run"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert out.returncode == 0, out.stderr + log[-3000:]
     assert frames(tmp_path / "run")[-1] == 1024
@@ -102,10 +119,26 @@ def test_single_node_script_runs_a_tiny_job_to_the_end(slurm, tmp_path):
 def test_multi_node_script_rendezvous_of_two_node_tasks(slurm, tmp_path):
     """Two srun tasks on localhost stand in for two nodes: each a torchrun
     agent, meeting at the c10d rendezvous the script derives from the node list."""
-    out = subprocess.run(["sbatch", "--wait", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/multi_node.sbatch"),
-                          "debug=tiny", "sync=hierarchical", "logger.console=false"],
-                         env=job_env(slurm, tmp_path / "run", NNODES="2", NPROC="2"), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            "--nodes=1",
+            "--ntasks=2",
+            "--ntasks-per-node=2",
+            "-o",
+            str(tmp_path / "job.out"),
+            str(ROOT / "slurm/multi_node.sbatch"),
+            "debug=tiny",
+            "sync=hierarchical",
+            "logger.console=false",
+        ],
+        env=job_env(slurm, tmp_path / "run", NNODES="2", NPROC="2"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert out.returncode == 0, out.stderr + log[-3000:]
     assert "--rdzv_endpoint=localhost:" in log
@@ -114,18 +147,34 @@ def test_multi_node_script_rendezvous_of_two_node_tasks(slurm, tmp_path):
 
 def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["debug=tiny", "logger.console=false", "collector.total_frames=40960", "checkpoint.every_frames=2048",
-            "logger.log_every_frames=2048"]
-    submitted = subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"), *args],
-                               env=job_env(slurm, run_dir), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    args = [
+        "debug=tiny",
+        "logger.console=false",
+        "collector.total_frames=40960",
+        "checkpoint.every_frames=2048",
+        "logger.log_every_frames=2048",
+    ]
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"), *args],
+        env=job_env(slurm, run_dir),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     wait_for(lambda: list((run_dir / "checkpoints").glob("step-*")), 120, "the first checkpoint")
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
     # SLURM holds a requeued job back for a while before it may start again;
     # let it start as soon as it is pending.
-    wait_for(lambda: "PENDING" in subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm,
-                                                capture_output=True, text=True).stdout, 120, "the job to be requeued")
+    wait_for(
+        lambda: (
+            "PENDING" in subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm, capture_output=True, text=True).stdout
+        ),
+        120,
+        "the job to be requeued",
+    )
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
 
     def finished():
@@ -144,11 +193,26 @@ def test_submitit_sweep_runs_one_multi_task_job_per_combination(slurm, tmp_path)
     tasks that srun starts without torchrun (ranks from SLURM's variables),
     each job in a run directory of its own under the sweep directory."""
     sweep = tmp_path / "sweep"
-    out = subprocess.run([sys.executable, "-m", "harness.train", "-m", "hydra/launcher=submitit_slurm",
-                          "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}",
-                          "debug=tiny", "logger.console=false", "seed=1,2"],
-                         env=launch_env({"SLURM_CONF": slurm["SLURM_CONF"]}), cwd=tmp_path, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.train",
+            "-m",
+            "hydra/launcher=submitit_slurm",
+            "hydra.launcher.tasks_per_node=2",
+            "hydra.launcher.timeout_min=10",
+            f"hydra.sweep.dir={sweep}",
+            "debug=tiny",
+            "logger.console=false",
+            "seed=1,2",
+        ],
+        env=launch_env({"SLURM_CONF": slurm["SLURM_CONF"]}),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.*"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:] + logs[-3000:]
     run_dirs = sorted(p.parent for p in sweep.glob("*/metrics.csv"))

@@ -74,7 +74,10 @@ def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models
     live = Payload.from_models({"policy": collector})
     live.bind({"policy": collector})
     live.alias(slot)
-    assert torch.equal(collector.weight, trainer.weight) and collector.weight.data_ptr() == slot.td["weights", "policy", "weight"].data_ptr()
+    assert (
+        torch.equal(collector.weight, trainer.weight)
+        and collector.weight.data_ptr() == slot.td["weights", "policy", "weight"].data_ptr()
+    )
 
 
 @pytest.mark.unit

@@ -45,8 +45,11 @@ def wandb_records(run_dir: Path) -> list:
 
 def wandb_history(run_dir: Path) -> list[dict]:
     """History rows of the newest offline wandb run in ``run_dir``."""
-    return [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            for record in wandb_records(run_dir) if record.WhichOneof("record_type") == "history"]
+    return [
+        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        for record in wandb_records(run_dir)
+        if record.WhichOneof("record_type") == "history"
+    ]
 
 
 def test_offline_wandb_run_holds_the_logged_metrics(workdir):
@@ -55,8 +58,17 @@ def test_offline_wandb_run_holds_the_logged_metrics(workdir):
     assert "wandb sync " in out.stdout  # how to upload it later
     history = wandb_history(workdir / "run")
     assert [row["frames"] for row in history] == [256, 512, 768, 1024]
-    for key in ("train/episode_return", "train/policy_loss", "collect/frames_per_s", "train/updates_per_s",
-                "sync/ms", "sync/bytes", "collect/policy_lag_max", "train/approx_kl", "train/entropy"):
+    for key in (
+        "train/episode_return",
+        "train/policy_loss",
+        "collect/frames_per_s",
+        "train/updates_per_s",
+        "sync/ms",
+        "sync/bytes",
+        "collect/policy_lag_max",
+        "train/approx_kl",
+        "train/entropy",
+    ):
         assert key in history[-1], key
     assert history[-1]["sync/bytes"] > 1000
     run = next(r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run")
@@ -68,7 +80,9 @@ def test_resumed_run_continues_the_same_wandb_run(workdir):
     first = run_harness([*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=1)
     assert first.returncode == 0, first.stderr[-3000:]
     run_id = (workdir / "run" / "wandb_id").read_text()
-    second = run_harness([*TINY, "logger=wandb", "logger.mode=offline", "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1)
+    second = run_harness(
+        [*TINY, "logger=wandb", "logger.mode=offline", "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert (workdir / "run" / "wandb_id").read_text() == run_id
     runs = sorted((workdir / "run" / "wandb").glob("offline-run-*"))
@@ -79,12 +93,17 @@ def test_resumed_run_continues_the_same_wandb_run(workdir):
 def test_broken_wandb_does_not_stop_training_and_never_prints_the_key(workdir):
     secret = "0123456789abcdef0123456789abcdef01234567"
     env = {"WANDB_API_KEY": secret, "WANDB_BASE_URL": "http://127.0.0.1:9"}  # nothing listens there
-    out = run_harness([*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=15", "run_dir=run"],
-                      workdir, nproc=1, env=env)
+    out = run_harness(
+        [*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=15", "run_dir=run"], workdir, nproc=1, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     assert text.count("training goes on, logging to metrics.csv only") == 1
-    assert secret not in text and secret not in "".join(p.read_text(errors="ignore") for p in (workdir / "run").rglob("*") if p.is_file() and p.suffix in (".log", ".yaml", ".csv", ".json", ""))
+    assert secret not in text and secret not in "".join(
+        p.read_text(errors="ignore")
+        for p in (workdir / "run").rglob("*")
+        if p.is_file() and p.suffix in (".log", ".yaml", ".csv", ".json", "")
+    )
     assert rows(workdir / "run")[-1]["frames"] == "1024"
 
 
@@ -93,21 +112,39 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
         out = run_harness([*TINY, f"seed={seed}", f"run_dir=seed{seed}"], workdir, nproc=1)
         assert out.returncode == 0, out.stderr[-3000:]
     env = launch_env()
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/plot.py"), "seed1", "seed2", "--out", "curves.png"],
-                          cwd=workdir, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/plot.py"), "seed1", "seed2", "--out", "curves.png"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     png = (workdir / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     for seed in (1, 2):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
         (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
         (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/plot.py"), "--presets", "sota", "--out-dir", "."],
-                          cwd=workdir, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/plot.py"), "--presets", "sota", "--out-dir", "."],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert (workdir / "curves-tiny.png").read_bytes()[:4] == b"\x89PNG"
-    bench = [{"scheme": s, "params": p, "tensors": 100, "median_ms": m * p / 1e5, "p90_ms": 1}
-             for s, m in (("memcpy", 0.01), ("shm", 0.3)) for p in (100_000, 1_000_000)]
+    bench = [
+        {"scheme": s, "params": p, "tensors": 100, "median_ms": m * p / 1e5, "p90_ms": 1}
+        for s, m in (("memcpy", 0.01), ("shm", 0.3))
+        for p in (100_000, 1_000_000)
+    ]
     (workdir / "bench.json").write_text(json.dumps(bench))
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/plot.py"), "--bench", "bench.json", "--out", "bench.png"],
-                          cwd=workdir, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/plot.py"), "--bench", "bench.json", "--out", "bench.png"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and (workdir / "bench.png").read_bytes()[:4] == b"\x89PNG"

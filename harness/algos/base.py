@@ -33,6 +33,8 @@ POSITIVE = (0.0, INF, False, False)
 AT_LEAST_ONE = (1.0, INF, True, False)
 NON_NEGATIVE = (0.0, INF, True, False)
 PROBABILITY = (0.0, 1.0, True, True)
+# Two tables, read row by row.
+# fmt: off
 RANGES_BY_NAME = {
     "gamma": UNIT, "tau": UNIT, "exploration_fraction": UNIT, "gae_lambda": PROBABILITY,
     "start_e": PROBABILITY, "end_e": PROBABILITY, "alpha": NON_NEGATIVE, "cql_alpha": NON_NEGATIVE,
@@ -45,6 +47,7 @@ RANGES_BY_NAME = {
 }
 RANGES_BY_SUFFIX = {"_lr": POSITIVE, "lr": POSITIVE, "_frequency": AT_LEAST_ONE, "_every": AT_LEAST_ONE,
                     "_size": AT_LEAST_ONE, "_steps": AT_LEAST_ONE, "_epochs": AT_LEAST_ONE}
+# fmt: on
 
 
 def value_range(name: str) -> tuple[float, float, bool, bool] | None:
@@ -170,8 +173,14 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
     compiled: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: ConfigT, spec: EnvSpec, total_frames: int, ddp_group: ProcessGroup | None = None,
-                 device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        cfg: ConfigT,
+        spec: EnvSpec,
+        total_frames: int,
+        ddp_group: ProcessGroup | None = None,
+        device: torch.device | str = "cpu",
+    ):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
         self.device = torch.device(device)  # where networks live and batches are moved to
@@ -264,8 +273,10 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def state_dict(self) -> dict:
         """Every ``stateful`` object's state; a module's as a copy: the published models share one packed
         buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
-        return {name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
-                for name, obj in self.stateful().items()}
+        return {
+            name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
+            for name, obj in self.stateful().items()
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for name, obj in self.stateful().items():

@@ -31,7 +31,9 @@ class CQLConfig(OfflineConfig):
     hidden: int = 256  # width of every network's two hidden layers
 
 
-def cql_penalty(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def cql_penalty(
+    q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """``mean(T * logsumexp((Q(s, a_i) - log p(a_i)) / T, i) - Q(s, a_data))``:
     a soft maximum of Q over sampled actions ``[..., B, N]`` (importance-weighted
     by the density they were drawn with) minus Q on the dataset's actions ``[..., B]``;

@@ -69,9 +69,16 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         return DiscreteCQL.make_policy(cfg, spec) if spec.discrete else SACPolicy(spec, cfg.hidden)
 
     def checkpointed(self) -> dict[str, Stateful]:
-        return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha, "alpha_prime": self.alpha_prime,
-                "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer,
-                "alpha_prime_optimizer": self.alpha_prime_optimizer}
+        return {
+            "policy": self.policy,
+            "critics": self.critics,
+            "log_alpha": self.log_alpha,
+            "alpha_prime": self.alpha_prime,
+            "q_optimizer": self.q_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
+            "alpha_prime_optimizer": self.alpha_prime_optimizer,
+        }
 
     def actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         """SAC's actor and entropy-weight step."""
@@ -111,8 +118,12 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         # The conservative penalty over uniform actions and the policy's at s and s', per critic.
         n = self.cfg.n_actions
         weights = torch.softmax((q[..., 1:].detach() - log_density) / self.cfg.temperature, -1)
-        diagnostics = {"train/q_random": q[..., 1 : 1 + n].detach().mean(), "train/q_policy": q[..., 1 + n : 1 + 2 * n].detach().mean(),
-                       "train/target_q": target.mean(), "train/policy_share": weights[..., n:].sum(-1).mean()}
+        diagnostics = {
+            "train/q_random": q[..., 1 : 1 + n].detach().mean(),
+            "train/q_policy": q[..., 1 + n : 1 + 2 * n].detach().mean(),
+            "train/target_q": target.mean(),
+            "train/policy_share": weights[..., n:].sum(-1).mean(),
+        }
         return td_loss, cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature), q_data, diagnostics
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
@@ -128,5 +139,11 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         step(self.q_optimizer, td_loss + penalty)
         if self.gradient_steps % cfg.target_update_every == 0:
             self.critics.update_targets(cfg.tau)
-        return {**metrics, **diagnostics, "train/td_loss": td_loss.detach(), "train/cql_gap": gaps.detach().mean(),
-                "train/alpha_prime": self.alpha_prime().detach(), "train/q1": q_data[0].detach().mean()}
+        return {
+            **metrics,
+            **diagnostics,
+            "train/td_loss": td_loss.detach(),
+            "train/cql_gap": gaps.detach().mean(),
+            "train/alpha_prime": self.alpha_prime().detach(),
+            "train/q1": q_data[0].detach().mean(),
+        }

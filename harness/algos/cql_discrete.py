@@ -58,4 +58,8 @@ class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
         step(self.q_optimizer, td_loss + self.cfg.cql_alpha * penalty)
         if self.gradient_steps % self.cfg.target_update_every == 0:
             soft_update(self.target, self.policy, self.cfg.tau)
-        return {"train/td_loss": td_loss.detach(), "train/cql_penalty": penalty.detach(), "train/q_values": q_data.detach().mean()}
+        return {
+            "train/td_loss": td_loss.detach(),
+            "train/cql_penalty": penalty.detach(),
+            "train/q_values": q_data.detach().mean(),
+        }

@@ -90,7 +90,9 @@ class Critics(nn.Module):
         return torch.cat([obs, action], -1)
 
     @staticmethod
-    def _evaluate(net: Ensemble, obs: torch.Tensor, action: torch.Tensor, members: int | None = None, frozen: bool = False) -> torch.Tensor:
+    def _evaluate(
+        net: Ensemble, obs: torch.Tensor, action: torch.Tensor, members: int | None = None, frozen: bool = False
+    ) -> torch.Tensor:
         x = Critics.inputs(obs, action)
         q = net(x.reshape(-1, x.shape[-1]), members, frozen)
         return q.view(q.shape[0], *x.shape[:-1])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def gae(reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor, next_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+def gae(
+    reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor, next_value: torch.Tensor, gamma: float, lam: float
+) -> torch.Tensor:
     """Advantages for a ``[T, N]`` rollout.
 
     ``done[t]`` is true when the episode ended with the action of step ``t``;

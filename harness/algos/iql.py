@@ -86,8 +86,14 @@ class IQL(OfflineAlgorithm[IQLConfig, GaussianPolicy]):
         return GaussianPolicy(spec, cfg.hidden)
 
     def checkpointed(self) -> dict[str, Stateful]:
-        return {"policy": self.policy, "critics": self.critics, "value": self.value, "q_optimizer": self.q_optimizer,
-                "value_optimizer": self.value_optimizer, "actor_optimizer": self.actor_optimizer}
+        return {
+            "policy": self.policy,
+            "critics": self.critics,
+            "value": self.value,
+            "q_optimizer": self.q_optimizer,
+            "value_optimizer": self.value_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+        }
 
     def value_loss(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """V towards the upper expectile of the target critics' min Q over the dataset's actions; and Q - V."""
@@ -117,5 +123,10 @@ class IQL(OfflineAlgorithm[IQLConfig, GaussianPolicy]):
         actor_loss, weights = self.actor_loss(obs, action, advantage.detach())
         step(self.actor_optimizer, actor_loss)
         self.critics.update_targets(self.cfg.tau)
-        return {**critic_metrics(q, q_loss), "train/value_loss": value_loss.detach(), "train/actor_loss": actor_loss.detach(),
-                "train/advantage": advantage.detach().mean(), "train/adv_weight": weights.mean()}
+        return {
+            **critic_metrics(q, q_loss),
+            "train/value_loss": value_loss.detach(),
+            "train/actor_loss": actor_loss.detach(),
+            "train/advantage": advantage.detach().mean(),
+            "train/adv_weight": weights.mean(),
+        }

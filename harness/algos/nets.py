@@ -19,7 +19,9 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -
     return layer
 
 
-def mlp(inputs: int, hidden: Sequence[int], outputs: int, activation: type[nn.Module] = nn.Tanh, out_std: float = 1.0) -> nn.Sequential:
+def mlp(
+    inputs: int, hidden: Sequence[int], outputs: int, activation: type[nn.Module] = nn.Tanh, out_std: float = 1.0
+) -> nn.Sequential:
     """Linear layers of widths ``hidden`` with ``activation`` between them, each ``layer_init``-ed."""
     layers: list[nn.Module] = []
     for width in hidden:

@@ -35,8 +35,10 @@ class OfflineConfig(AlgoConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.normalize_obs:
-            raise ValueError(f"algo.normalize_obs=true: algo={self.name} learns from a fixed dataset, whose observations it "
-                             "uses as they are; running statistics are for algorithms that collect (ppo, sac, td3, dqn)")
+            raise ValueError(
+                f"algo.normalize_obs=true: algo={self.name} learns from a fixed dataset, whose observations it "
+                "uses as they are; running statistics are for algorithms that collect (ppo, sac, td3, dqn)"
+            )
 
 
 OfflineConfigT = TypeVar("OfflineConfigT", bound=OfflineConfig)

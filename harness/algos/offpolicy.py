@@ -45,8 +45,10 @@ class OffPolicyConfig(AlgoConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.replay_device not in ("cpu", "trainer"):
-            raise ValueError(f"algo.replay_device={self.replay_device!r}: choose cpu (RAM) or trainer (the trainer's device, "
-                             "a GPU's memory when it has one)")
+            raise ValueError(
+                f"algo.replay_device={self.replay_device!r}: choose cpu (RAM) or trainer (the trainer's device, "
+                "a GPU's memory when it has one)"
+            )
         if self.replay_device == "trainer" and self.memmap_dir:
             raise ValueError("algo.replay_device=trainer and algo.memmap_dir both place the replay buffer: choose one")
 
@@ -110,7 +112,11 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
 
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""
-        return None if self.buffer is None else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
+        return (
+            None
+            if self.buffer is None
+            else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
+        )
 
     def load_replay_state(self, state: dict) -> None:
         self.buffer = ReplayBuffer.from_state(state, self.replay_capacity, self.cfg.memmap_dir or None, self.replay_device)
@@ -119,4 +125,3 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
     @abc.abstractmethod
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors."""
-

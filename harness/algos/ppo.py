@@ -127,8 +127,14 @@ class PPOLoss(nn.Module):
             v_loss = 0.5 * ((new_value - mb["return"]) ** 2).mean()
         entropy = entropy.mean()
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        return {"loss": loss, "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
-                "approx_kl": approx_kl, "clipfrac": clipfrac}
+        return {
+            "loss": loss,
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy,
+            "approx_kl": approx_kl,
+            "clipfrac": clipfrac,
+        }
 
 
 class PPO(Algorithm[PPOConfig, PPOPolicy]):
@@ -165,7 +171,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         keys = ("obs", "action", "logprob", "reward", "done", "terminated")  # terminated: the reward scaler's episode ends
         frames_of_round = TensorDict(
             rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
-            next_obs=torch.cat([b["next_obs"] for b in batches], dim=0))
+            next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),
+        )
         moved = self.to_device.move(frames_of_round)
         rollout, next_obs = cast(TensorDict, moved["rollout"]), moved["next_obs"]  # [T, N], [N, ...]
         obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
@@ -174,7 +181,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             reward = self.reward_scaler.scale(reward, rollout["terminated"], self.ddp_group)
         with torch.no_grad():
             values = self.loss.value(obs)
-            advantages = gae(reward, values, rollout["done"], self.loss.value(self.normalized(next_obs)), cfg.gamma, cfg.gae_lambda)
+            advantages = gae(
+                reward, values, rollout["done"], self.loss.value(self.normalized(next_obs)), cfg.gamma, cfg.gae_lambda
+            )
         returns = advantages + values
 
         flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)

@@ -20,8 +20,9 @@ from harness.packing import leaf_tensors
 class ReplayBuffer:
     """Fixed-capacity transitions, oldest overwritten first, sampled uniformly."""
 
-    def __init__(self, capacity: int, transition: TensorDict, memmap_dir: str | Path | None = None,
-                 device: torch.device | str = "cpu"):
+    def __init__(
+        self, capacity: int, transition: TensorDict, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    ):
         """``transition``: one example transition (batch size ``[]``): its keys,
         shapes and dtypes define the storage, on ``device`` (or on disk in ``memmap_dir``)."""
         if capacity < 1:
@@ -61,8 +62,9 @@ class ReplayBuffer:
         return {"storage": self.storage[: self.size].to_dict(), "cursor": self.cursor, "size": self.size}
 
     @classmethod
-    def from_state(cls, state: dict, capacity: int, memmap_dir: str | Path | None = None,
-                   device: torch.device | str = "cpu") -> "ReplayBuffer":
+    def from_state(
+        cls, state: dict, capacity: int, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
+    ) -> "ReplayBuffer":
         """A buffer holding ``state`` (``state_dict``'s, from any device), of ``capacity``, on ``device``."""
         stored = TensorDict(state["storage"], batch_size=[state["size"]])
         buffer = cls(capacity, stored[0], memmap_dir, device)

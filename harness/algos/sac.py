@@ -100,8 +100,14 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
         return self.log_alpha().detach() if self.cfg.autotune else self.cfg.alpha
 
     def checkpointed(self) -> dict[str, Stateful]:
-        return {"policy": self.policy, "critics": self.critics, "log_alpha": self.log_alpha,
-                "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "alpha_optimizer": self.alpha_optimizer}
+        return {
+            "policy": self.policy,
+            "critics": self.critics,
+            "log_alpha": self.log_alpha,
+            "q_optimizer": self.q_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
+        }
 
     def q_target(self, batch: TensorDict) -> torch.Tensor:
         """r + gamma * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap past termination."""
@@ -131,7 +137,12 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
                     with torch.no_grad():
                         _, log_prob, _ = self.policy.sample(batch["obs"])
                     step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean(), self.ddp_group)
-            metrics.update({"train/actor_loss": actor_loss.detach(), "train/alpha": torch.as_tensor(self.alpha),
-                            "train/entropy": -log_prob.detach().mean()})
+            metrics.update(
+                {
+                    "train/actor_loss": actor_loss.detach(),
+                    "train/alpha": torch.as_tensor(self.alpha),
+                    "train/entropy": -log_prob.detach().mean(),
+                }
+            )
         self.critics.update_targets(cfg.tau)
         return metrics

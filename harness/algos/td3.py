@@ -79,8 +79,13 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
         return TD3Policy(spec, cfg.hidden, cfg.exploration_noise)
 
     def checkpointed(self) -> dict[str, Stateful]:
-        return {"policy": self.policy, "policy_target": self.policy_target, "critics": self.critics,
-                "q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer}
+        return {
+            "policy": self.policy,
+            "policy_target": self.policy_target,
+            "critics": self.critics,
+            "q_optimizer": self.q_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+        }
 
     def q_target(self, batch: TensorDict) -> torch.Tensor:
         """r + gamma * min_i Q_i'(s', pi'(s') + clip(noise)), clipped to the action box."""

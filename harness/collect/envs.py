@@ -92,16 +92,24 @@ class RestartingEnv(gym.Wrapper):
                     f"env {self.env_id} (seed {self.seed}) raised {self.restarts} times, more than "
                     f"collector.max_env_restarts={self.max_restarts}: {type(e).__name__}: {e}"
                 ) from e
-            log.warning("env %s (seed %s) raised %s: %s; making it again (restart %d of at most %d)",
-                        self.env_id, self.seed, type(e).__name__, e, self.restarts, self.max_restarts)
+            log.warning(
+                "env %s (seed %s) raised %s: %s; making it again (restart %d of at most %d)",
+                self.env_id,
+                self.seed,
+                type(e).__name__,
+                e,
+                self.restarts,
+                self.max_restarts,
+            )
             self.broken = True
             return self.last_obs, 0.0, False, True, {"env_restarted": True}
         self.last_obs = obs
         return obs, reward, terminated, truncated, info
 
 
-def make_vec_env(env_id: str, num_envs: int, max_episode_steps: int | None = None,
-                 max_restarts: int = 0) -> gym.vector.SyncVectorEnv:
+def make_vec_env(
+    env_id: str, num_envs: int, max_episode_steps: int | None = None, max_restarts: int = 0
+) -> gym.vector.SyncVectorEnv:
     """``num_envs`` copies stepped in one process (the caller resets and seeds).
 
     Same-step autoreset: when an episode ends, ``step`` already returns the
@@ -128,8 +136,12 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
         return EnvSpec(tuple(obs_space.shape), True, (), int(act_space.n))
     if isinstance(act_space, gym.spaces.Box):
         return EnvSpec(
-            tuple(obs_space.shape), False, tuple(act_space.shape), int(np.prod(act_space.shape)),
-            tuple(float(x) for x in act_space.low.ravel()), tuple(float(x) for x in act_space.high.ravel()),
+            tuple(obs_space.shape),
+            False,
+            tuple(act_space.shape),
+            int(np.prod(act_space.shape)),
+            tuple(float(x) for x in act_space.low.ravel()),
+            tuple(float(x) for x in act_space.high.ravel()),
         )
     raise ValueError(f"action space {act_space} is not supported: use Discrete or Box")
 

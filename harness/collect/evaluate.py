@@ -66,14 +66,17 @@ def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int],
         return make_vec_env(env_id, episodes, max_episode_steps)
     check_env_id(env_id)
     video.headless_rendering()
-    makers = [lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None)
-              for i in range(episodes)]
+    makers = [
+        lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None)
+        for i in range(episodes)
+    ]
     return gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
 
 @torch.no_grad()
-def evaluate(policy: Policy, envs: gym.vector.SyncVectorEnv, seed: int, values: dict[str, float],
-             frames: Optional[list[np.ndarray]] = None) -> list[float]:
+def evaluate(
+    policy: Policy, envs: gym.vector.SyncVectorEnv, seed: int, values: dict[str, float], frames: Optional[list[np.ndarray]] = None
+) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
     the episode returns. Bounded by the envs' time limits. ``frames``: append
     env 0's picture before each of its steps (one frame per step)."""
@@ -101,8 +104,15 @@ class Evaluation:
     keeps current (a weight subscriber): each call evaluates them as they are.
     ``videos``: record env 0's episode of the evaluations it says."""
 
-    def __init__(self, env_id: str, max_episode_steps: int | None, episodes: int, policy: Policy, seed: int,
-                 videos: Optional[VideoSchedule] = None):
+    def __init__(
+        self,
+        env_id: str,
+        max_episode_steps: int | None,
+        episodes: int,
+        policy: Policy,
+        seed: int,
+        videos: Optional[VideoSchedule] = None,
+    ):
         self.envs = make_eval_envs(env_id, episodes, max_episode_steps, render=videos is not None)
         self.policy, self.seed, self.videos = policy, seed, videos
 

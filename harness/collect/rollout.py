@@ -68,7 +68,9 @@ class RolloutCollector:
         self.envs, self.policy = envs, policy
         self.num_envs = envs.num_envs
         if frames_per_batch % self.num_envs:
-            raise ValueError(f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}")
+            raise ValueError(
+                f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}"
+            )
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         assert obs_space.shape is not None  # a Box: spec_of refuses other observation spaces at start-up
@@ -159,7 +161,7 @@ class RolloutCollector:
         for i in range(self.num_envs):
             start, carry, length = 0, self.episode_return[i], int(self.episode_length[i])
             for t in np.flatnonzero(ends[:, i]).tolist():
-                total = np.cumsum(np.concatenate(([carry], rewards[start:t + 1, i])))[-1]
+                total = np.cumsum(np.concatenate(([carry], rewards[start : t + 1, i])))[-1]
                 if not restarted[t, i]:
                     ended.setdefault(t, []).append((i, total, length + t + 1 - start))
                 start, carry, length = t + 1, 0.0, 0

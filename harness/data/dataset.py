@@ -158,13 +158,29 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
         return None if None in values else sum(cast("list[float]", values)) / len(values)
 
     meta = Meta(
-        env=metas[0].env, transitions=data.shape[0], episodes=episodes, behaviour_return=behaviour,
-        random_return=mean_of([m.random_return for m in metas]), expert_return=mean_of([m.expert_return for m in metas]),
+        env=metas[0].env,
+        transitions=data.shape[0],
+        episodes=episodes,
+        behaviour_return=behaviour,
+        random_return=mean_of([m.random_return for m in metas]),
+        expert_return=mean_of([m.expert_return for m in metas]),
         sources=[{"dataset": str(n), **s} for n, m in zip(names, metas) for s in m.sources],
     )
     save(out, data, meta)
     return meta
 
 
-__all__ = ["FIELDS", "FORMAT", "DatasetError", "Meta", "allocate", "check_shapes", "concatenate", "finish", "load",
-           "open_storage", "refuse_existing", "save"]
+__all__ = [
+    "FIELDS",
+    "FORMAT",
+    "DatasetError",
+    "Meta",
+    "allocate",
+    "check_shapes",
+    "concatenate",
+    "finish",
+    "load",
+    "open_storage",
+    "refuse_existing",
+    "save",
+]

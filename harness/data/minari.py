@@ -58,9 +58,12 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
     if env_spec is None:
         raise DatasetError(f"Minari dataset {dataset_id!r} does not say which env it is from")
     meta = Meta(
-        env=env_spec.id, transitions=n, episodes=len(returns),
+        env=env_spec.id,
+        transitions=n,
+        episodes=len(returns),
         behaviour_return=float(np.mean(returns)) if returns else float("nan"),
-        random_return=info.get("ref_min_score"), expert_return=info.get("ref_max_score"),
+        random_return=info.get("ref_min_score"),
+        expert_return=info.get("ref_max_score"),
         sources=[{"minari": dataset_id, "algorithm": info.get("algorithm_name")}],
     )
     return TensorDict(data, batch_size=[n]), meta

@@ -31,7 +31,9 @@ def check_schema(lines: list[str], *, group: dist.ProcessGroup, root: int, who: 
         text = "\n".join(lines).encode()
         size = torch.tensor([len(text)], dtype=torch.int64)
         dist.broadcast(size, src=root, group=group)
-        data = torch.tensor(list(text), dtype=torch.uint8) if dist.get_rank() == root else torch.empty(int(size), dtype=torch.uint8)
+        data = (
+            torch.tensor(list(text), dtype=torch.uint8) if dist.get_rank() == root else torch.empty(int(size), dtype=torch.uint8)
+        )
         dist.broadcast(data, src=root, group=group)
         theirs = bytes(data.tolist()).decode().split("\n")
         ok = torch.tensor([int(theirs == lines)], dtype=torch.int64)

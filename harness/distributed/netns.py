@@ -64,11 +64,20 @@ class Node:
         its address is not what the machine's hostname resolves to), and each
         node gives its own address for the ranks to meet at (``--local_addr``)."""
         torchrun = str(Path(sys.executable).parent / "torchrun")
-        return self.run([
-            torchrun, "--nnodes=2", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint={head.address}:{PORT}", f"--rdzv_id={run_id}",
-            f"--rdzv_conf=is_host={int(self == head)},join_timeout=120", f"--local_addr={self.address}", *argv,
-        ])
+        return self.run(
+            [
+                torchrun,
+                "--nnodes=2",
+                f"--node_rank={node_rank}",
+                f"--nproc_per_node={nproc}",
+                "--rdzv_backend=c10d",
+                f"--rdzv_endpoint={head.address}:{PORT}",
+                f"--rdzv_id={run_id}",
+                f"--rdzv_conf=is_host={int(self == head)},join_timeout=120",
+                f"--local_addr={self.address}",
+                *argv,
+            ]
+        )
 
 
 def _ip(*args: str) -> str:

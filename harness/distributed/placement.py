@@ -60,8 +60,16 @@ def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, nc
     return choice == "cuda"
 
 
-def place(layout: Layout, trainer_device: str, collector_device: str, trainer_threads: str, collector_threads: str,
-          nccl: bool, cores: Optional[int] = None, gpus: Optional[int] = None) -> Placement:
+def place(
+    layout: Layout,
+    trainer_device: str,
+    collector_device: str,
+    trainer_threads: str,
+    collector_threads: str,
+    nccl: bool,
+    cores: Optional[int] = None,
+    gpus: Optional[int] = None,
+) -> Placement:
     """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``;
     ``*_threads``: ``auto`` or a count. ``cores``/``gpus`` default to this machine's."""
     cores = usable_cores() if cores is None else cores
@@ -73,10 +81,11 @@ def place(layout: Layout, trainer_device: str, collector_device: str, trainer_th
     if nccl and not layout.single_process:
         for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
             if choice == "cpu":
-                raise PlacementError(f"sync=nccl moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
-                                     "for CPU ranks (a GPU trainer stages its weights for CPU collectors)")
-    cuda_ranks = [r for r in layout.node_ranks
-                  if _wants_cuda(r < layout.trainers, trainer_device, collector_device, nccl, gpus)]
+                raise PlacementError(
+                    f"sync=nccl moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
+                    "for CPU ranks (a GPU trainer stages its weights for CPU collectors)"
+                )
+    cuda_ranks = [r for r in layout.node_ranks if _wants_cuda(r < layout.trainers, trainer_device, collector_device, nccl, gpus)]
     device = "cpu"
     if layout.rank in cuda_ranks:
         index = cuda_ranks.index(layout.rank)
@@ -85,7 +94,8 @@ def place(layout: Layout, trainer_device: str, collector_device: str, trainer_th
                 f"sync=nccl needs one GPU per rank, but node {layout.node_rank} runs {len(cuda_ranks)} GPU ranks "
                 f"({cuda_ranks[0]}..{cuda_ranks[-1]}) on {gpus} GPU{'s' * (gpus != 1)}: ranks {cuda_ranks[gpus:]} would share one. "
                 f"Fix: launch at most {gpus} ranks per node (--nproc_per_node), or keep collectors on the CPU "
-                "with sync=shm or sync=gloo")
+                "with sync=shm or sync=gloo"
+            )
         device = f"cuda:{index % gpus}"
     node_trainers = sum(r < layout.trainers for r in layout.node_ranks)
     node_collectors = layout.local_world_size - node_trainers

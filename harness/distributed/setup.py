@@ -58,8 +58,13 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Stor
         dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout, store=store)
     except (RuntimeError, dist.DistError) as e:
         missing = joined.behind(range(layout.world_size))
-        absent = (f"rank{'s' * (len(missing) > 1)} {ranks_text(missing)} never came" if missing else
-                  "every rank came, then one died" if missing == [] else "the store is gone too, so which rank is unknown")
+        absent = (
+            f"rank{'s' * (len(missing) > 1)} {ranks_text(missing)} never came"
+            if missing
+            else "every rank came, then one died"
+            if missing == []
+            else "the store is gone too, so which rank is unknown"
+        )
         raise RuntimeError(
             f"{who} gave up after {timeout_s:g} s waiting for all {layout.world_size} ranks to join at {where}: "
             f"{absent}. Check their logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
@@ -67,8 +72,13 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Stor
     return store
 
 
-def init_distributed(layout: Layout, timeout_s: float, nccl_sync: bool = False, nccl_device: Optional[torch.device | str] = None,
-                     nccl_timeout_s: Optional[float] = None) -> Groups:
+def init_distributed(
+    layout: Layout,
+    timeout_s: float,
+    nccl_sync: bool = False,
+    nccl_device: Optional[torch.device | str] = None,
+    nccl_timeout_s: Optional[float] = None,
+) -> Groups:
     """Join the job's default group, learn every rank's node, then make one
     group per channel (every rank creates every group, in the same order).
 
@@ -129,8 +139,14 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     agent_hosts_store = attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), layout.world_size,
-                              is_master=not agent_hosts_store and layout.rank == 0, timeout=timeout, wait_for_workers=False)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            layout.world_size,
+            is_master=not agent_hosts_store and layout.rank == 0,
+            timeout=timeout,
+            wait_for_workers=False,
+        )
     except (RuntimeError, dist.DistError) as e:
         raise RuntimeError(
             f"{who} could not reach the job's store at {where} within {timeout.total_seconds():g} s: "

@@ -30,9 +30,16 @@ def free_port() -> int:
 def _rank_main(target, rank, world_size, port, queue, args, nodes):
     node = nodes[rank]
     local = [r for r in range(world_size) if nodes[r] == node]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(local.index(rank)), LOCAL_WORLD_SIZE=str(len(local)), GROUP_RANK=str(node),
-                      OMP_NUM_THREADS="1")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(local.index(rank)),
+        LOCAL_WORLD_SIZE=str(len(local)),
+        GROUP_RANK=str(node),
+        OMP_NUM_THREADS="1",
+    )
     queue.put((rank, STARTED, None))  # imports done: from here on ``timeout`` counts
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))

@@ -151,8 +151,11 @@ class Layout:
         """The layout asked for, one line per role."""
         trainers = f"ranks 0..{self.trainers - 1}" if self.trainers > 1 else "rank 0"
         collectors = self.collector_ranks
-        cols = f"ranks {collectors[0]}..{collectors[-1]}" if len(collectors) > 1 else (
-            f"rank {collectors[0]}" if collectors else "none")
+        cols = (
+            f"ranks {collectors[0]}..{collectors[-1]}"
+            if len(collectors) > 1
+            else (f"rank {collectors[0]}" if collectors else "none")
+        )
         return (
             f"layout asked for: world size {self.world_size}, topology.trainers={self.trainers}\n"
             f"  trainers:   {trainers}\n  collectors: {cols}"

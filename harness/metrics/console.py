@@ -39,8 +39,11 @@ class Figures:
     def text(self) -> str:
         """``return 23.5 | eval 480.0 | lag 0.00``, each part once it is known."""
         parts = []
-        for key, label, fmt in (("train/episode_return", "return", ".1f"), ("eval/return", "eval", ".1f"),
-                                ("collect/policy_lag_mean", "lag", ".2f")):
+        for key, label, fmt in (
+            ("train/episode_return", "return", ".1f"),
+            ("eval/return", "eval", ".1f"),
+            ("collect/policy_lag_mean", "lag", ".2f"),
+        ):
             if key in self.values:
                 parts.append(f"{label} {self.values[key]:{fmt}}")
         return " | ".join(parts)
@@ -75,8 +78,7 @@ class ProgressLines:
         self.figures.update(row)
         eta = max(self.total - step, 0) / rate if rate > 0 else math.inf
         unit = self.step.replace("_", " ")
-        line = (f"{unit} {step:>11,}/{self.total:,} ({100 * step / self.total:5.1f}%) | {rate:8,.0f} {unit}/s | "
-                f"eta {clock(eta)}")
+        line = f"{unit} {step:>11,}/{self.total:,} ({100 * step / self.total:5.1f}%) | {rate:8,.0f} {unit}/s | eta {clock(eta)}"
         figures = self.figures.text()
         print(f"{line} | {figures}" if figures else line, file=self.stream, flush=True)
 
@@ -138,10 +140,16 @@ class ProgressBar:
         self.figures = Figures()
         console = Console(file=stream or sys.stdout, force_terminal=True)
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(bar_width=30),
-            TextColumn("{task.completed:,.0f}/{task.total:,.0f}"), _Rate(), TimeRemainingColumn(),
-            TextColumn("{task.fields[figures]}"), console=console, refresh_per_second=4,
-            redirect_stdout=False, redirect_stderr=False,  # _Above does it, without wrapping lines
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+            _Rate(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[figures]}"),
+            console=console,
+            refresh_per_second=4,
+            redirect_stdout=False,
+            redirect_stderr=False,  # _Above does it, without wrapping lines
         )
         self.task = self.progress.add_task(step.replace("_", " "), total=total, completed=start[0], figures="")
         self.progress.start()
@@ -179,8 +187,9 @@ def _log_to(stdout: io.TextIOBase, stderr: io.TextIOBase) -> list[tuple[logging.
     return [(h, s) for h, s in swapped if s is not None]
 
 
-def make_console(total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0),
-                 stream: Optional[IO[str]] = None) -> Union[ProgressBar, ProgressLines]:
+def make_console(
+    total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None
+) -> Union[ProgressBar, ProgressLines]:
     """A bar on a terminal (that is not ``TERM=dumb``), else plain lines."""
     stream = stream or sys.stdout
     if stream.isatty() and os.environ.get("TERM") != "dumb":

@@ -28,8 +28,10 @@ def check_video_support() -> None:
     Probed without importing them (pygame greets whoever imports it)."""
     missing = [name for module, name in (("av", "PyAV"), ("pygame", "pygame")) if importlib.util.find_spec(module) is None]
     if missing:
-        raise ValueError(f"videos need PyAV and pygame; {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
-                         f"not installed. Install the extra: {VIDEO_HINT}")
+        raise ValueError(
+            f"videos need PyAV and pygame; {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+            f"not installed. Install the extra: {VIDEO_HINT}"
+        )
 
 
 def headless_rendering() -> None:

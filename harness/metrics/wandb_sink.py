@@ -41,8 +41,16 @@ class WandbSink:
 
             run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(6)
             self.run = wandb.init(
-                project=cfg.project, entity=cfg.entity, group=cfg.group, name=cfg.name or run_dir.name,
-                tags=tags(config, list(cfg.tags)), config=config, dir=str(run_dir), id=run_id, resume="allow", mode=cfg.mode,
+                project=cfg.project,
+                entity=cfg.entity,
+                group=cfg.group,
+                name=cfg.name or run_dir.name,
+                tags=tags(config, list(cfg.tags)),
+                config=config,
+                dir=str(run_dir),
+                id=run_id,
+                resume="allow",
+                mode=cfg.mode,
                 settings=wandb.Settings(console="off", init_timeout=cfg.init_timeout_s),
             )
             id_file.write_text(run_id)

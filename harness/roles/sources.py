@@ -202,8 +202,9 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         template = eval_message()
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        template = batch_template(algo.acting_policy(models), algo.spec.obs_shape, steps, cfg.collector.num_envs,
-                                  algo.needs_next_obs)
+        template = batch_template(
+            algo.acting_policy(models), algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs
+        )
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))

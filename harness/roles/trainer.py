@@ -50,8 +50,9 @@ class Trainer:
         self.ddp_group = groups.trainers if groups is not None else None
         # train.py resolves trainer.device from the placement; a Trainer built elsewhere (a test's) keeps "auto" on the CPU.
         device = "cpu" if cfg.trainer.device == "auto" else cfg.trainer.device
-        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(cfg.algo, spec, cfg.collector.total_frames, self.ddp_group,
-                                                                   device=device)
+        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(
+            cfg.algo, spec, cfg.collector.total_frames, self.ddp_group, device=device
+        )
         if layout.rank > 0:  # built alike above; from here each trainer draws its own samples and noise
             torch.manual_seed(cfg.seed + layout.rank)
         self.offline = self.algo.offline
@@ -123,8 +124,14 @@ class Trainer:
         if self.layout.rank != 0:
             return None
         wandb_id = self.run_dir / "wandb_id"
-        meta = {"algo": self.cfg.algo.name, "env": self.cfg.env.id, "step": self.step, "unit": self.unit,
-                **vars(self.progress), "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None}
+        meta = {
+            "algo": self.cfg.algo.name,
+            "env": self.cfg.env.id,
+            "step": self.step,
+            "unit": self.unit,
+            **vars(self.progress),
+            "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None,
+        }
         path = checkpoint.save(self.run_dir, state, meta, self.cfg.checkpoint.keep)
         log.info("checkpoint: %s", path)
         return path
@@ -158,8 +165,13 @@ class Trainer:
             self.preempted = True
             if self.layout.rank == 0:
                 why = "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
-                log.warning("%s at %s %d: checkpoint written. Resume: the same command with run_dir=%s",
-                            why, self.unit, self.step, self.run_dir)
+                log.warning(
+                    "%s at %s %d: checkpoint written. Resume: the same command with run_dir=%s",
+                    why,
+                    self.unit,
+                    self.step,
+                    self.run_dir,
+                )
 
     def publish(self, stop: bool = False) -> float:
         """Send the current weights as ``progress.version``; returns milliseconds."""
@@ -191,8 +203,13 @@ class Trainer:
         self.since = (now, self.progress.frames, self.progress.updates)
         if self.logger is not None:
             values = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
-            self.last_row = {**row, **values, "sync/ms": sync_ms, "sync/version": self.progress.version,
-                             "train/updates": self.progress.updates}
+            self.last_row = {
+                **row,
+                **values,
+                "sync/ms": sync_ms,
+                "sync/version": self.progress.version,
+                "train/updates": self.progress.updates,
+            }
             self.logger.log(self.step, self.last_row)
 
     def run(self) -> dict[str, float]:

@@ -33,5 +33,15 @@ def make_subscriber(cfg: SyncConfig, rank: int, groups: Groups) -> WeightSubscri
     return SCHEMES[cfg.name].make_subscriber(Endpoint(rank, "collector", cfg.name), cfg, groups)
 
 
-__all__ = ["SCHEMES", "Endpoint", "HandshakeError", "Header", "SchemaMismatchError", "SyncError", "WeightPublisher",
-           "WeightSubscriber", "make_publisher", "make_subscriber"]
+__all__ = [
+    "SCHEMES",
+    "Endpoint",
+    "HandshakeError",
+    "Header",
+    "SchemaMismatchError",
+    "SyncError",
+    "WeightPublisher",
+    "WeightSubscriber",
+    "make_publisher",
+    "make_subscriber",
+]

@@ -62,9 +62,13 @@ class BroadcastSink(_BroadcastEnd):
         except RuntimeError as e:
             receivers = [r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank]
             late = self.applied.behind(receivers, self.needed)
-            who = (f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version {self.needed} (gone or stalled)"
-                   if late else "every one had applied the version before, so one of them died since"
-                   if late == [] else "one of them is gone or stalled")
+            who = (
+                f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version {self.needed} (gone or stalled)"
+                if late
+                else "every one had applied the version before, so one of them died since"
+                if late == []
+                else "one of them is gone or stalled"
+            )
             raise SyncError(
                 f"{self.endpoint} could not deliver weights version {self.sent} to ranks {ranks_text(receivers)} "
                 f"within {self.timeout_s:g} s: {who}. Cause: {e}"

@@ -27,7 +27,9 @@ class SyncConfig:
         if self.timeout_s <= 0:
             raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
         if self.poll_interval_s < 0:
-            raise ValueError(f"sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), got {self.poll_interval_s}")
+            raise ValueError(
+                f"sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), got {self.poll_interval_s}"
+            )
         if self.publish_every_updates < 1:
             raise ValueError(f"sync.publish_every_updates must be >= 1, got {self.publish_every_updates}")
         if self.wire_dtype not in WIRE_DTYPES:

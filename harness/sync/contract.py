@@ -145,10 +145,18 @@ class WeightSubscriber(abc.ABC):
         return SyncError(
             f"{self.endpoint} waited {timeout_s:g} s for {what} and gave up "
             f"(newest applied version: {self.version}). Is {self.upstream} alive? "
-            f"Raise sync.timeout_s if it is just slow."
-            + (f" Cause: {cause}" if cause else "")
+            f"Raise sync.timeout_s if it is just slow." + (f" Cause: {cause}" if cause else "")
         )
 
 
-__all__ = ["Endpoint", "Header", "PayloadFactory", "SchemaMismatchError", "Sink", "Source", "SyncError",
-           "WeightPublisher", "WeightSubscriber"]
+__all__ = [
+    "Endpoint",
+    "Header",
+    "PayloadFactory",
+    "SchemaMismatchError",
+    "Sink",
+    "Source",
+    "SyncError",
+    "WeightPublisher",
+    "WeightSubscriber",
+]

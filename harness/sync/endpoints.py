@@ -124,7 +124,9 @@ class Subscriber(WeightSubscriber):
         self.poll()
         while self.version < min_version:
             if self.source.exhausted:
-                raise SyncError(f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}")
+                raise SyncError(
+                    f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self.timeout_error(f"weights version >= {min_version}", timeout_s)

@@ -28,8 +28,9 @@ def _futex_call() -> Callable[..., int] | None:
     if number is None:
         return None
     syscall = ctypes.CDLL(None, use_errno=True).syscall
-    return lambda address, op, value, timeout: syscall(ctypes.c_long(number), ctypes.c_void_p(address), ctypes.c_int(op),
-                                                       ctypes.c_int(value), timeout, None, ctypes.c_int(0))
+    return lambda address, op, value, timeout: syscall(
+        ctypes.c_long(number), ctypes.c_void_p(address), ctypes.c_int(op), ctypes.c_int(value), timeout, None, ctypes.c_int(0)
+    )
 
 
 _futex = _futex_call()

@@ -35,8 +35,14 @@ def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publi
     sinks: list[Sink] = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
         sinks.append(BroadcastSink(endpoint, groups.leaders, cfg.timeout_s, groups.store))
-    return Publisher(endpoint, cfg.timeout_s, sinks, groups.sync, cfg.torch_wire_dtype,
-                     after_open=lambda: exchange_segment_names(groups, node, local))
+    return Publisher(
+        endpoint,
+        cfg.timeout_s,
+        sinks,
+        groups.sync,
+        cfg.torch_wire_dtype,
+        after_open=lambda: exchange_segment_names(groups, node, local),
+    )
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
@@ -46,12 +52,24 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subs
     if endpoint.rank in groups.node_leaders(collectors):
         followers = sum(groups.nodes[c] == node and c != endpoint.rank for c in collectors)
         forward = ShmSink(node, followers) if followers else None
-        return Subscriber(endpoint, cfg.timeout_s, BroadcastSource(endpoint, groups.leaders, 0, groups.store), groups.sync,
-                          forward=forward, wire_dtype=wire,
-                          before_source=lambda: exchange_segment_names(groups, node, forward))
+        return Subscriber(
+            endpoint,
+            cfg.timeout_s,
+            BroadcastSource(endpoint, groups.leaders, 0, groups.store),
+            groups.sync,
+            forward=forward,
+            wire_dtype=wire,
+            before_source=lambda: exchange_segment_names(groups, node, forward),
+        )
     source = ShmSource(cfg.poll_interval_s)
-    subscriber = Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=wire,
-                            before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]))
+    subscriber = Subscriber(
+        endpoint,
+        cfg.timeout_s,
+        source,
+        groups.sync,
+        wire_dtype=wire,
+        before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
+    )
     if node != groups.nodes[0]:  # it reads what its node's leader forwards: that is the rank to look at
         leader = next(r for r in groups.node_leaders(collectors) if groups.nodes[r] == node)
         subscriber.upstream = f"rank {leader} (node {node}'s leader)"

@@ -84,7 +84,9 @@ class Segment:
         self.control = np.ndarray((CONTROL + slots,), dtype=np.int64, buffer=buf)
         self.bell = self.control.ctypes.data + BELL * 8  # the address sleepers wait on
         offset, stride = self.control_bytes(slots), -(-slot_bytes // 64) * 64
-        self.slots = [torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)]
+        self.slots = [
+            torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)
+        ]
         self.nbytes = len(buf)
         self.registered = False  # page-locked for CUDA (pin_for_cuda)
 
@@ -127,7 +129,9 @@ class Segment:
             slots = int(np.ndarray((CONTROL,), dtype=np.int64, buffer=mapping)[SLOTS]) if size >= CONTROL * 8 else 0
             if slots < 1 or size < cls.size_for(slot_bytes, slots):
                 mapping.close()
-                raise SyncError(f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} slots of {slot_bytes}")
+                raise SyncError(
+                    f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} slots of {slot_bytes}"
+                )
         except BaseException:
             os.close(fd)
             raise

@@ -43,13 +43,25 @@ def check_one_node(endpoint: Endpoint, groups: Groups) -> None:
 def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
     check_one_node(endpoint, groups)
     sink = ShmSink(groups.nodes[0], readers=dist.get_world_size(groups.sync) - 1)
-    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype,
-                     after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink))
+    return Publisher(
+        endpoint,
+        cfg.timeout_s,
+        [sink],
+        groups.sync,
+        cfg.torch_wire_dtype,
+        after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink),
+    )
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
     check_one_node(endpoint, groups)
     source = ShmSource(cfg.poll_interval_s)
     node = groups.nodes[endpoint.rank]
-    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype,
-                      before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]))
+    return Subscriber(
+        endpoint,
+        cfg.timeout_s,
+        source,
+        groups.sync,
+        wire_dtype=cfg.torch_wire_dtype,
+        before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
+    )

@@ -48,7 +48,7 @@ def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
     """Unlink this user's harness segments whose creator process is dead."""
     removed = []
     for path in shm_dir.glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX):].split("-", 1)[0]
+        pid = path.name[len(PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)
             removed.append(path.name)
