@@ -58,7 +58,10 @@ class Terminal:
 
     def wait(self, timeout: float) -> int:
         """The exit status (negative: killed by that signal), once the command and the output have ended."""
-        wait_for(self.exited, timeout, f"{self.pid} to exit")
+        try:
+            wait_for(self.exited, timeout, f"{self.pid} to exit")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; its terminal so far:\n{self.text[-3000:]}") from None
         self.reader.join(timeout=10)
         os.close(self.fd)
         assert self.status is not None

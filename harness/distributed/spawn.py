@@ -16,9 +16,19 @@ import time
 import traceback
 
 STARTED = "started"
-# Spawning a rank imports torch and the test module before the target runs:
-# seconds on a quiet machine, minutes on a loaded one. That is not a hang.
+# Starting a rank imports the target's module before the target runs: seconds
+# on a quiet machine, minutes on a loaded one. That is not a hang.
 START_TIMEOUT_S = 600.0
+# Ranks fork from one server process that imported these once, rather than each
+# importing torch afresh (2-3 s of CPU a rank; a test suite starts hundreds).
+# Nothing has run in the server, so no thread pool or process group is forked.
+PRELOAD = ["torch", "torch.distributed", "tensordict", "gymnasium", "harness.sync", "harness.collect.envs"]
+
+
+def context() -> mp.context.BaseContext:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
 
 
 def free_port() -> int:
@@ -40,6 +50,9 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
         GROUP_RANK=str(node),
         OMP_NUM_THREADS="1",
     )
+    import torch
+
+    torch.set_num_threads(1)  # torch was imported (by the fork server) before OMP_NUM_THREADS was set here
     queue.put((rank, STARTED, None))  # imports done: from here on ``timeout`` counts
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
@@ -55,7 +68,7 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
     killed and reported as ``"hung"``. ``nodes[rank]`` is the node rank a rank
     reports (torchrun's GROUP_RANK), to simulate several nodes (list a node's
     ranks contiguously, as torchrun numbers them)."""
-    ctx = mp.get_context("spawn")
+    ctx = context()
     queue, port = ctx.Queue(), free_port()
     ranks = list(range(world_size)) if ranks is None else ranks
     nodes = nodes or [0] * world_size

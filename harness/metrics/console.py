@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import sys
+import time
 from typing import IO, Any, Optional, Union
 
 from rich.ansi import AnsiDecoder
@@ -134,7 +135,13 @@ class _Above(io.TextIOBase):
 
 class ProgressBar:
     """A bar redrawn in place. Lines printed while it is shown (trainer 0's
-    own ``logging`` output) go above it, whole, instead of through it."""
+    own ``logging`` output) go above it, whole, instead of through it.
+
+    Drawn only from the thread that ticks it, at most 4 times a second: rich's
+    own refresh thread renders under one lock and writes under another, so on
+    a loaded machine an older bar could land after a newer one."""
+
+    REDRAW_S = 0.25
 
     def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
         self.figures = Figures()
@@ -147,11 +154,12 @@ class ProgressBar:
             TimeRemainingColumn(),
             TextColumn("{task.fields[figures]}"),
             console=console,
-            refresh_per_second=4,
+            auto_refresh=False,
             redirect_stdout=False,
             redirect_stderr=False,  # _Above does it, without wrapping lines
         )
         self.task = self.progress.add_task(step.replace("_", " "), total=total, completed=start[0], figures="")
+        self.drawn = -math.inf
         self.progress.start()
         # From here sys.stdout and sys.stderr print above the bar.
         self.real = sys.stdout, sys.stderr
@@ -160,10 +168,14 @@ class ProgressBar:
 
     def tick(self, step: int) -> None:
         self.progress.update(self.task, completed=step)
+        if time.monotonic() - self.drawn >= self.REDRAW_S:
+            self.drawn = time.monotonic()
+            self.progress.refresh()
 
     def write(self, row: dict[str, float]) -> None:
         self.figures.update(row)
         self.progress.update(self.task, figures=self.figures.text())
+        self.progress.refresh()
 
     def close(self) -> None:
         for stand_in in (sys.stdout, sys.stderr):
