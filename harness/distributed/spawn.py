@@ -25,8 +25,8 @@ START_TIMEOUT_S = 600.0
 PRELOAD = ["torch", "torch.distributed", "tensordict", "gymnasium", "harness.sync", "harness.collect.envs"]
 
 
-def context() -> mp.context.BaseContext:
-    ctx = mp.get_context("forkserver")
+def context() -> mp.context.ForkServerContext:
+    ctx = mp.get_context("forkserver")  # type: ignore[assignment]
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
 
