@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,10 +27,18 @@ def snapshot(run_dir: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def finished_run(workdir) -> Path:
-    out = run_harness(TINY, workdir)
+@pytest.fixture(scope="module")
+def run_once(tmp_path_factory) -> Path:
+    where = tmp_path_factory.mktemp("finished")
+    out = run_harness(TINY, where)
     assert out.returncode == 0, out.stderr[-3000:]
+    return where / "run"
+
+
+@pytest.fixture
+def finished_run(workdir, run_once) -> Path:
+    """A finished tiny run in this test's own directory (a copy of one made once: the tests change or extend it)."""
+    shutil.copytree(run_once, workdir / "run")
     return workdir / "run"
 
 
@@ -171,7 +180,7 @@ def test_an_offline_launch_on_a_pickled_dataset_exits_naming_it_and_runs_nothing
     ],
 )
 def test_a_rejected_value_stops_the_launch_before_any_rank_starts_naming_the_option(workdir, overrides, message):
-    out = run_harness([*overrides, "run_dir=run"], workdir, nproc=3, timeout=120)
+    out = run_harness([*overrides, "run_dir=run"], workdir, nproc=2, timeout=120)
     assert out.returncode != 0 and message in out.stderr
     assert not (workdir / "run").exists()  # refused before a run directory existed
 
