@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import signal
 import struct
 import termios
 import threading
@@ -25,6 +26,9 @@ class Terminal:
         if self.pid == 0:  # the child: its stdin/stdout/stderr are the terminal
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
             os.chdir(cwd)
+            # As a shell starts a foreground job: Ctrl-C's default action, even when this test run was
+            # started in the background (nohup ... &), whose processes inherit SIGINT ignored.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvpe(argv[0], argv, environ)
         self.data = bytearray()
         self.status: int | None = None
