@@ -75,9 +75,10 @@ def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
     raise AssertionError(f"no worker with RANK={rank} among {children}")
 
 
+LONG_FRAMES = 20480  # ten checkpoints: still training when the first one is seen
 LONG = [
     *TINY,
-    "collector.total_frames=40960",
+    f"collector.total_frames={LONG_FRAMES}",
     "checkpoint.every_frames=2048",
     "logger.log_every_frames=1024",
     "dist_timeout_s=20",
@@ -94,13 +95,13 @@ def test_sigterm_checkpoints_within_seconds_and_the_same_command_resumes(workdir
     wait_for(lambda: set(steps(workdir / "run")) - before, 60, "a checkpoint after SIGTERM")
     job.communicate(timeout=60)
     stopped_at = int(steps(workdir / "run")[-1].split("-")[1])
-    assert stopped_at < 40960
+    assert stopped_at < LONG_FRAMES
     again = start_harness(args, workdir)
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out[-3000:]
     assert f"frames {stopped_at}" in out  # "resumed from ...: frames N"
     frames = frames_column(workdir / "run")
-    assert frames == sorted(set(frames)) and frames[-1] == 40960
+    assert frames == sorted(set(frames)) and frames[-1] == LONG_FRAMES
 
 
 def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(workdir):
@@ -112,7 +113,7 @@ def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(wo
     assert job.returncode == 0, out[-3000:]
     assert "resumed from" in out
     frames = frames_column(workdir / "run")
-    assert frames == sorted(set(frames)) and frames[-1] == 40960
+    assert frames == sorted(set(frames)) and frames[-1] == LONG_FRAMES
     wait_for(lambda: set(Path("/dev/shm").glob(f"{PREFIX}*")) <= before, 10, "the run's shm segments to be removed")
 
 
