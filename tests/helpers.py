@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import torch
 from hydra import compose, initialize_config_dir
+from tensordict import TensorDict
 
 from harness.config import Config, load, register_configs
 
@@ -88,3 +90,16 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.1)
+
+
+def pendulum_frames(n: int = 64) -> list[TensorDict]:
+    """``n`` random Pendulum transitions as one collector's batch, for an off-policy ``update``."""
+    frames = TensorDict(
+        obs=torch.randn(n, 3),
+        action=torch.rand(n, 1) * 4 - 2,
+        reward=torch.randn(n),
+        next_obs=torch.randn(n, 3),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        batch_size=[n],
+    )
+    return [TensorDict(rollout=frames.unsqueeze(1), batch_size=[])]

@@ -8,6 +8,7 @@ import contextlib
 
 import pytest
 import torch
+from helpers import pendulum_frames
 from tensordict import TensorDict
 from torch import nn
 
@@ -131,15 +132,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
     torch.manual_seed(0)
     trained = algo_cls(cfg, PENDULUM, 1000)
     n = 32
-    frames = TensorDict(
-        obs=torch.randn(n, 3),
-        action=torch.rand(n, 1) * 4 - 2,
-        reward=torch.randn(n),
-        next_obs=torch.randn(n, 3),
-        terminated=torch.zeros(n, dtype=torch.bool),
-        batch_size=[n],
-    )
-    trained.update([TensorDict(rollout=frames.unsqueeze(1), batch_size=[])], 0)  # steps taken: Adam has state
+    trained.update(pendulum_frames(n), 0)  # steps taken: Adam has state
     state = TrainerState(trained, Progress(frames=n), 0, None, keep_replay=True).state_dict()
     with saved_as_if_on_a_gpu():
         path = checkpoint.save(tmp_path, state, {"step": n, "algo": "sac", "env": "Pendulum-v1"}, keep=1)
@@ -154,7 +147,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
     for mine, theirs in zip(resumed.q_optimizer.state.values(), trained.q_optimizer.state.values()):
         assert all(v.device == CPU and torch.equal(v, theirs[k]) for k, v in mine.items())
     assert resumed.buffer is not None and resumed.buffer.size == n and resumed.buffer.storage.device == CPU
-    resumed.update([TensorDict(rollout=frames.unsqueeze(1), batch_size=[])], n)  # and it trains on
+    resumed.update(pendulum_frames(n), n)  # and it trains on
 
 
 def test_amp_is_off_unless_asked_and_names_its_choices():

@@ -8,6 +8,7 @@ import hashlib
 
 import pytest
 import torch
+from helpers import pendulum_frames
 from tensordict import TensorDict
 from torch import nn
 
@@ -168,24 +169,12 @@ def test_replay_samples_reach_the_gpu_through_one_reused_pinned_buffer():
     assert batch.device.type == "cuda" and torch.equal(batch["obs"].cpu(), buffer.storage["obs"][index])
 
 
-def sac_frames(n: int = 64) -> list[TensorDict]:
-    frames = TensorDict(
-        obs=torch.randn(n, 3),
-        action=torch.rand(n, 1) * 4 - 2,
-        reward=torch.randn(n),
-        next_obs=torch.randn(n, 3),
-        terminated=torch.zeros(n, dtype=torch.bool),
-        batch_size=[n],
-    )
-    return [TensorDict(rollout=frames.unsqueeze(1), batch_size=[])]
-
-
 @pytest.mark.parametrize("amp, replay, normalize", [("off", "cpu", False), ("bf16", "trainer", True)])
 def test_sac_learns_on_the_gpu_with_replay_in_ram_or_on_the_gpu_and_amp(amp, replay, normalize):
     cls = ALGOS["sac"]
     cfg = cls.Config(batch_size=32, learning_starts=0, buffer_size=256, amp=amp, replay_device=replay, normalize_obs=normalize)
     algo = cls(cfg, PENDULUM, 1000, device="cuda")
-    metrics = algo.update(sac_frames(), 0)
+    metrics = algo.update(pendulum_frames(), 0)
     assert algo.buffer is not None and algo.buffer.storage.device.type == ("cuda" if replay == "trainer" else "cpu")
     if normalize:  # statistics of the raw frames, kept on the GPU beside the policy
         assert algo.obs_norm is not None and algo.obs_norm.mean.device.type == "cuda" and int(algo.obs_norm.count) == 64
@@ -197,13 +186,13 @@ def test_a_checkpoint_moves_from_cpu_to_gpu_and_back(tmp_path):
     cls = ALGOS["sac"]
     cfg = cls.Config(batch_size=32, learning_starts=0, buffer_size=256)
     cpu = cls(cfg, PENDULUM, 1000)
-    cpu.update(sac_frames(), 0)
+    cpu.update(pendulum_frames(), 0)
     path = checkpoint.save(tmp_path / "a", TrainerState(cpu, Progress(), 0, None, True).state_dict(), {"step": 1}, keep=1)
     gpu = cls(cfg, PENDULUM, 1000, device="cuda")
     TrainerState(gpu, Progress(), 0, None, True).load_state_dict(checkpoint.read(path)[0])
     assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu.critics.parameters(), gpu.critics.parameters()))
     assert all(v.device.type == "cuda" for s in gpu.q_optimizer.state.values() for v in s.values())
-    gpu.update(sac_frames(), 64)  # it trains on, on the GPU
+    gpu.update(pendulum_frames(), 64)  # it trains on, on the GPU
     back = checkpoint.save(tmp_path / "b", TrainerState(gpu, Progress(), 0, None, True).state_dict(), {"step": 2}, keep=1)
     again = cls(cfg, PENDULUM, 1000)
     TrainerState(again, Progress(), 0, None, True).load_state_dict(checkpoint.read(back)[0])
