@@ -111,28 +111,20 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
     for seed in (1, 2):
         out = run_harness([*TINY, f"seed={seed}", f"run_dir=seed{seed}"], workdir, nproc=1)
         assert out.returncode == 0, out.stderr[-3000:]
-    env = launch_env()
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/plot.py"), "seed1", "seed2", "--out", "curves.png"],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+
+    def plot(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts/plot.py"), *args], cwd=workdir, env=launch_env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+
+    plot("seed1", "seed2", "--out", "curves.png")
     png = (workdir / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     for seed in (1, 2):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
         (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
         (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/plot.py"), "--presets", "sota", "--out-dir", "."],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    plot("--presets", "sota", "--out-dir", ".")
     assert (workdir / "curves-tiny.png").read_bytes()[:4] == b"\x89PNG"
     bench = [
         {"scheme": s, "params": p, "tensors": 100, "median_ms": m * p / 1e5, "p90_ms": 1}
@@ -140,11 +132,5 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
         for p in (100_000, 1_000_000)
     ]
     (workdir / "bench.json").write_text(json.dumps(bench))
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/plot.py"), "--bench", "bench.json", "--out", "bench.png"],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0 and (workdir / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    plot("--bench", "bench.json", "--out", "bench.png")
+    assert (workdir / "bench.png").read_bytes()[:4] == b"\x89PNG"
