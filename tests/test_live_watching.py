@@ -15,7 +15,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 import pytest
-from helpers import column, launch_env, rows, run_harness, wait_for
+from helpers import ONE_THREAD, column, launch_env, rows, run_harness, wait_for
 from terminal import Terminal
 
 from harness import checkpoint
@@ -103,7 +103,7 @@ LINE = re.compile(
 
 @pytest.mark.e2e
 def test_progress_bar_is_redrawn_in_place_on_a_terminal(workdir):
-    with terminal([sys.executable, "-m", "harness.train", *TINY, "run_dir=run"], workdir) as term:
+    with terminal([sys.executable, "-m", "harness.train", *TINY, *ONE_THREAD, "run_dir=run"], workdir) as term:
         assert term.wait(120) == 0, term.text[-3000:]
     text, table = term.text, rows(workdir / "run")
     assert "\r\x1b[2K" in text  # the bar's line is erased and drawn again, not followed by new lines

@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from helpers import BIN, ROOT, run_harness
+from helpers import run_harness
 from tensordict import TensorDict
 
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
@@ -24,11 +22,7 @@ PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
 
 def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
-    launcher = [sys.executable] if nproc == 1 else [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [*launcher, "-m", "harness.write_dataset", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_harness(args, cwd, nproc, module="harness.write_dataset")
 
 
 def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
