@@ -18,6 +18,8 @@ from helpers import ROOT, column, launch_env, rows, wait_for
 
 pytestmark = pytest.mark.slurm
 
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
 CONF = """ClusterName=harness-test
 SlurmctldHost=localhost
 AuthType=auth/munge
@@ -76,6 +78,10 @@ def slurm(tmp_path_factory):
 
         wait_for(idle, 60, "slurmd to register")
         yield env
+        # Jobs may still be ending (submitit returns when its tasks' results
+        # are written); job steps left behind a stopped slurmd live on.
+        subprocess.run(["scancel", "--partition=debug"], env=env, check=False)
+        wait_for(lambda: not squeue(env), 60, "SLURM's queue to empty")
     finally:
         for p in reversed(daemons):
             p.terminate()
@@ -84,6 +90,35 @@ def slurm(tmp_path_factory):
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def squeue(env: dict, *args: str) -> str:
+    return subprocess.run(["squeue", "-h", *args], env=env, capture_output=True, text=True).stdout.strip()
+
+
+def submit(script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()) -> str:
+    """``sbatch`` a script with its log at ``cwd/job.out``; the job's id."""
+    command = ["sbatch", "--parsable", "-o", str(cwd / "job.out"), *options, str(ROOT / script), *args]
+    submitted = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip().split(";")[0]
+
+
+def run_job(script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()) -> tuple[str, str]:
+    """Submit, wait for the job to end, and return its final state and log.
+    Polled here: ``sbatch --wait`` sleeps 2, 4, 8, 16 s... between its looks,
+    which cost each of these tests half a minute."""
+    job, state = submit(script, args, env, cwd, options), ""
+
+    def ended() -> bool:
+        nonlocal state
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True).stdout
+        state = shown.split("JobState=")[1].split()[0] if "JobState=" in shown else ""
+        return state in ENDED
+
+    wait_for(ended, 300, f"job {job} to end")
+    log = cwd / "job.out"
+    return state, log.read_text() if log.exists() else ""
 
 
 def frames(run_dir: Path) -> list[int]:
@@ -95,52 +130,22 @@ def job_env(slurm, run_dir: Path, **extra) -> dict:
 
 
 def test_single_node_script_runs_a_tiny_job_to_the_end(slurm, tmp_path):
-    out = subprocess.run(
-        [
-            "sbatch",
-            "--wait",
-            "-o",
-            str(tmp_path / "job.out"),
-            str(ROOT / "slurm/single_node.sbatch"),
-            "debug=tiny",
-            "logger.console=false",
-        ],
-        env=job_env(slurm, tmp_path / "run"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert out.returncode == 0, out.stderr + log[-3000:]
+    args = ["debug=tiny", "logger.console=false"]
+    state, log = run_job("slurm/single_node.sbatch", args, job_env(slurm, tmp_path / "run"), tmp_path)
+    assert state == "COMPLETED", log[-3000:]
     assert frames(tmp_path / "run")[-1] == 1024
 
 
 def test_multi_node_script_rendezvous_of_two_node_tasks(slurm, tmp_path):
     """Two srun tasks on localhost stand in for two nodes: each a torchrun
     agent, meeting at the c10d rendezvous the script derives from the node list."""
-    out = subprocess.run(
-        [
-            "sbatch",
-            "--wait",
-            "--nodes=1",
-            "--ntasks=2",
-            "--ntasks-per-node=2",
-            "-o",
-            str(tmp_path / "job.out"),
-            str(ROOT / "slurm/multi_node.sbatch"),
-            "debug=tiny",
-            "sync=hierarchical",
-            "logger.console=false",
-        ],
-        env=job_env(slurm, tmp_path / "run", NNODES="2", NPROC="2"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    args, two_tasks = (
+        ["debug=tiny", "sync=hierarchical", "logger.console=false"],
+        ("--nodes=1", "--ntasks=2", "--ntasks-per-node=2"),
     )
-    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert out.returncode == 0, out.stderr + log[-3000:]
+    env = job_env(slurm, tmp_path / "run", NNODES="2", NPROC="2")
+    state, log = run_job("slurm/multi_node.sbatch", args, env, tmp_path, two_tasks)
+    assert state == "COMPLETED", log[-3000:]
     assert "--rdzv_endpoint=localhost:" in log
     assert frames(tmp_path / "run")[-1] == 1152  # 3 collectors x 64 frames a round
 
@@ -150,42 +155,30 @@ def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
     args = [
         "debug=tiny",
         "logger.console=false",
-        "collector.total_frames=40960",
+        "collector.total_frames=20480",
         "checkpoint.every_frames=2048",
         "logger.log_every_frames=2048",
     ]
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", "-o", str(tmp_path / "job.out"), str(ROOT / "slurm/single_node.sbatch"), *args],
-        env=job_env(slurm, run_dir),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
+    job = submit("slurm/single_node.sbatch", args, job_env(slurm, run_dir), tmp_path)
     wait_for(lambda: list((run_dir / "checkpoints").glob("step-*")), 120, "the first checkpoint")
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
     # SLURM holds a requeued job back for a while before it may start again;
     # let it start as soon as it is pending.
     wait_for(
-        lambda: (
-            "PENDING" in subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm, capture_output=True, text=True).stdout
-        ),
+        lambda: "PENDING" in squeue(slurm, "-j", job, "-o", "%T"),
         120,
         "the job to be requeued",
     )
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
 
     def finished():
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=slurm, capture_output=True, text=True).stdout.strip()
-        return state == "" and (run_dir / "metrics.csv").exists() and frames(run_dir)[-1] == 40960
+        return squeue(slurm, "-j", job) == "" and (run_dir / "metrics.csv").exists() and frames(run_dir)[-1] == 20480
 
     wait_for(finished, 400, "the requeued job to finish")
     log = (tmp_path / "job.out").read_text()
     assert "resumed from" in log, log[-3000:]
     seen = frames(run_dir)
-    assert seen == sorted(set(seen)) and seen[-1] == 40960
+    assert seen == sorted(set(seen)) and seen[-1] == 20480
 
 
 def test_submitit_sweep_runs_one_multi_task_job_per_combination(slurm, tmp_path):
