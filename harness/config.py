@@ -100,7 +100,7 @@ class EnvConfig:
 class EvalConfig:
     """Deterministic-policy episodes on a collector rank, with the published weights."""
 
-    every_frames: int = 0  # run evaluation each time this many more frames were learned from; 0: never
+    every_frames: int = 0  # evaluate each time this many more frames were learned from, and the final weights; 0: never
     episodes: int = 5  # episodes per evaluation (one per env of a dedicated vector env)
     video_every: int = 0  # record the first episode of the 1st, (K+1)th, ... evaluation to <run_dir>/videos/*.mp4; 0: never
 

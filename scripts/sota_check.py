@@ -78,10 +78,16 @@ class Run:
 
 
 def final_return(rows: list[dict]) -> tuple[float, str]:
-    evals = [float(r["eval/return"]) for r in rows if r.get("eval/return") not in (None, "", "nan")]
+    """The mean of the last two evaluations, the final weights' last where the
+    run logged it (``eval/final_return``); without evaluations, of the last three training returns."""
+
+    def logged(key: str) -> list[float]:
+        return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
+
+    evals = logged("eval/return") + logged("eval/final_return")[-1:]
     if evals:
         return statistics.mean(evals[-2:]), "eval"
-    train = [float(r["train/episode_return"]) for r in rows if r.get("train/episode_return") not in (None, "", "nan")]
+    train = logged("train/episode_return")
     return (statistics.mean(train[-3:]) if train else math.nan), "train"
 
 
@@ -219,8 +225,8 @@ def write_table(out: Path, lines: list[str]) -> None:
         "# Results\n\n"
         "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + NPROC-1\n"
         f"collectors through torchrun, on this project's 2-core, no-GPU machine). Last update {time.strftime('%Y-%m-%d')}.\n"
-        "Final return: per seed, the mean `eval/return` of the last two evaluations (deterministic policy) where the\n"
-        "preset evaluates, else the mean `train/episode_return` of the last three log rows (the stochastic policy's\n"
+        "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the final\n"
+        "weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean `train/episode_return` of the last three log rows (the stochastic policy's\n"
         "training episodes, as CleanRL reports); then the mean ± standard deviation (n - 1) over seeds. Wall time:\n"
         "`time_s` of the last row, mean over seeds. A row says when it ran below the published budget, and when a\n"
         "seed has not reached its budget (in progress, or stopped). Offline presets: below.\n\n"

@@ -64,7 +64,7 @@ class Run(NamedTuple):
 def evaluated_run(tmp_path_factory) -> Run:
     """One tiny run in one process, its output piped (no terminal), shared by the tests below
     that only read it: it evaluates one episode every 256 frames (the weights of 256, 512 and
-    768 frames; the final ones are not evaluated online), records the 1st and 3rd evaluations
+    768 frames on the collector; the final ones in the trainer: the last row's eval/final_return), records the 1st and 3rd evaluations
     (eval.video_every=2), writes TensorBoard too and keeps a checkpoint of every 256 frames."""
     where = tmp_path_factory.mktemp("evaluated")
     out = run_harness(
@@ -320,16 +320,20 @@ def printed_mean(out: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.e2e
-def test_evaluate_replays_the_runs_last_evaluation(evaluated_run, workdir):
-    """The run's last evaluation played the weights of 768 frames, which it also checkpointed:
-    harness.evaluate, with the run's seed and episode count, plays the same episode with them."""
+def test_evaluate_replays_the_runs_evaluations(evaluated_run, workdir):
+    """The collector's last evaluation played the weights of 768 frames, and the trainer the
+    final weights of 1,024, both checkpointed: harness.evaluate, with the run's seed and
+    episode count, plays the same episodes with them."""
     run_dir = evaluated_run.run_dir
-    returns = evaluation_returns(run_dir)
+    returns, last = evaluation_returns(run_dir), rows(run_dir)[-1]
+    final = evaluate([str(run_dir)], workdir)  # the newest checkpoint: the final weights
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert printed_mean(final) == f"{float(last['eval/final_return']):.2f}" and "step-000000001024" in final.stdout
     scored = evaluate([str(run_dir), "step=768", "video=true"], workdir)
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert printed_mean(scored) == f"{returns[-1]:.2f}" and "step-000000000768" in scored.stdout
+    assert printed_mean(scored) == f"{returns[2]:.2f}" and "step-000000000768" in scored.stdout
     path = run_dir / "videos" / "evaluate-step-000000000768.mp4"
-    assert f"video: {path} ({int(returns[-1])} frames)" in scored.stdout
+    assert f"video: {path} ({int(returns[2])} frames)" in scored.stdout
     ours, theirs = decoded(path), decoded(next((run_dir / "videos").glob("eval-000000000768-*.mp4")))
     assert len(ours) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(ours, theirs))  # the same episode
 

@@ -43,6 +43,15 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
     assert "in progress or stopped: seed 2 at 2,000 of 3,000" in cells[8]
 
 
+def test_final_return_counts_the_final_weights_evaluation_last():
+    sc = sota_check()
+    rows = [{"eval/return": "100"}, {"eval/return": ""}, {"eval/return": "300", "eval/final_return": "500"}]
+    assert sc.final_return(rows) == (400.0, "eval")  # the last two: 300 (older weights), 500 (the final ones)
+    assert sc.final_return(rows[:2]) == (100.0, "eval")
+    trained = [{"train/episode_return": str(r), "eval/return": ""} for r in (10, 20, 30, 40)]
+    assert sc.final_return(trained) == (30.0, "train")  # no evaluation: the last three training returns
+
+
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):
     sc = sota_check()
     out = tmp_path / "results.md"

@@ -1,6 +1,7 @@
-"""An offline run's collector rank: evaluate each newest version, report it.
+"""Evaluation as a role: an offline run's collector rank, and the final
+weights of an online run.
 
-It takes the newest published weights, runs ``eval.episodes`` deterministic
+An offline run's collector takes the newest published weights, runs ``eval.episodes`` deterministic
 episodes, sends the result to its trainer (a tiny message on the data
 channel) and waits for the next version. The trainer receives these with
 :class:`~harness.roles.sources.RemoteEvaluations`.
@@ -12,6 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos import ALGOS
+from harness.algos.base import Algorithm
 from harness.collect.envs import env_spec
 from harness.collect.evaluate import Evaluation, eval_seed, video_schedule
 from harness.collect.rollout import STATS
@@ -20,8 +22,9 @@ from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.metrics.stats import EvalResult
 from harness.packing import pack
-from harness.sync import WeightSubscriber, make_subscriber
+from harness.sync import Header, WeightSubscriber, make_subscriber
 
 
 def eval_message() -> TensorDict:
@@ -41,6 +44,22 @@ def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Eva
     seed = eval_seed(cfg.seed, evaluator, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every) if evaluator == 0 else None
     return Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, policy, seed, videos)
+
+
+def evaluate_final(cfg: Config, algo: Algorithm, header: Header) -> EvalResult:
+    """The weights an online run ends with, evaluated in trainer 0's process
+    on the first evaluator's episodes (those of its periodic evaluations and
+    of ``harness.evaluate``): the run's last row scores what it hands over,
+    whatever ``eval.every_frames`` is. A CPU copy, wherever the trainer learns."""
+    models = type(algo).make_models(cfg.algo, algo.spec)
+    for name, model in algo.published_models().items():
+        models[name].load_state_dict(model.state_dict())
+    seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
+    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, type(algo).acting_policy(models), seed)
+    try:
+        return evaluation(header)
+    finally:
+        evaluation.close()
 
 
 def run_evaluator(cfg: Config, layout: Layout, groups: Groups) -> None:

@@ -35,6 +35,7 @@ from harness.distributed.trainers import any_of, meet
 from harness.metrics.logger import MetricsLogger
 from harness.metrics.stats import EvalStats, RolloutStats
 from harness.roles import loops
+from harness.roles.evaluator import evaluate_final
 from harness.roles.sources import connect
 from harness.roles.state import Progress, TrainerState
 from harness.sync import Header
@@ -192,6 +193,10 @@ class Trainer:
         stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
         evals, self.eval_stats = self.eval_stats, EvalStats()
         row = evals.row(self.normalize) if self.offline else stats.row()
+        if self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
+            header = Header(self.progress.version, self.progress.frames, False, self.algo.values_for_header(self.progress.frames))
+            final = evaluate_final(self.cfg, self.algo, header)
+            row["eval/final_return"] = final.return_sum / final.episodes  # beside eval/return: older weights' score
         now = time.monotonic()
         elapsed = now - self.since[0]
         if not self.offline:
