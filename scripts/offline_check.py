@@ -5,6 +5,8 @@
     scripts/offline_check.sh --seeds 1 2 3
     scripts/offline_check.sh --dataset-seed 2   # a second dataset of the same behaviour policy
     scripts/offline_check.sh --root /tmp/offline --algos cql --out /tmp/offline/results.md
+    scripts/offline_check.sh --task hopper --expert-run runs/sota/td3_hopper/seed-1 \
+        --behaviour-run runs/sota/td3_hopper/seed-1   # runs made already: no SAC runs
 
 As D4RL's "medium": SAC is trained to expert level (its final policy is the
 expert reference); a second SAC run keeps a checkpoint every few hundred
@@ -12,7 +14,10 @@ frames, and the first one whose stochastic policy scores inside the task's
 band writes the dataset. Then the ``iql_<task>`` and ``cql_<task>`` presets
 learn from it through torchrun (1 trainer + NPROC-1 evaluating collectors).
 Everything lands in runs/offline/ and datasets/ under ``--root`` (default: the
-repository); existing datasets and SAC runs are reused. ``--dataset-seed N``
+repository); existing datasets and SAC runs are reused. ``--expert-run`` and
+``--behaviour-run`` name finished runs of any online algorithm to use instead
+of the two SAC runs: the expert's newest checkpoint, and the behaviour run's
+checkpoints as the candidates. ``--dataset-seed N``
 (default 1) seeds the dataset's rollouts: the same SAC checkpoint, other
 episodes, in ``datasets/<task>-medium-seedN`` (seed 1 keeps ``<task>-medium``).
 """
@@ -58,12 +63,11 @@ def torchrun(nproc: int, module: str, *overrides: str) -> None:
     run([str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", module, *overrides])
 
 
-def behaviour_checkpoint(task: str, nproc: int, runs: Path) -> Path:
-    """The first checkpoint of the short SAC run whose policy scores inside the task's band (training the
-    expert and that run first if they are missing); the choice is kept in the run, so that datasets of
+def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium: Path) -> Path:
+    """The first checkpoint of the ``medium`` run whose policy scores inside the task's band (training the
+    expert and that run first, with SAC, if they are missing); the choice is kept in the run, so that datasets of
     other seeds come from the same behaviour policy without probing again."""
     spec = TASKS[task]
-    expert, medium = runs / f"{task}-sac-expert", runs / f"{task}-sac-medium"
     if not (expert / "checkpoints").exists():
         torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={expert}", "logger.console=false")
     if not (medium / "checkpoints").exists():
@@ -101,14 +105,15 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path) -> Path:
     raise SystemExit(f"no checkpoint of {medium} scores inside {spec['band']}: change the band or the run")
 
 
-def make_dataset(task: str, nproc: int, root: Path, seed: int) -> Path:
+def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None) -> Path:
     """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written unless it exists."""
     spec = TASKS[task]
     out = root / "datasets" / (f"{task}-medium" if seed == 1 else f"{task}-medium-seed{seed}")
     if (out / "meta.json").exists():
         return out
     runs = root / "runs" / "offline"
-    checkpoint = behaviour_checkpoint(task, nproc, runs)
+    expert, medium = expert or runs / f"{task}-sac-expert", medium or runs / f"{task}-sac-medium"
+    checkpoint = behaviour_checkpoint(task, nproc, runs, expert, medium)
     torchrun(
         nproc,
         "harness.write_dataset",
@@ -116,7 +121,7 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int) -> Path:
         f"policy={checkpoint}",
         f"out={out}",
         f"frames={spec['size']}",
-        f"reference.expert_policy={runs / f'{task}-sac-expert'}",
+        f"reference.expert_policy={expert}",
         "reference.episodes=20",
         f"seed={seed}",
     )
@@ -149,6 +154,11 @@ def main() -> None:
         default=["iql", "cql"],
         help="presets to train on the dataset (none: only make the dataset)",
     )
+    parser.add_argument("--gradient-steps", type=int, help="each run's budget (default: the preset's)")
+    parser.add_argument("--expert-run", type=Path, help="a finished run whose final policy is the expert (default: SAC's)")
+    parser.add_argument(
+        "--behaviour-run", type=Path, help="a run whose checkpoints are the behaviour candidates (default: SAC's)"
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help="where datasets/ and runs/offline/ go (default: the repository)")
     parser.add_argument(
         "--out",
@@ -158,10 +168,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     nproc = int(os.environ.get("NPROC", 2))
-    data = make_dataset(args.task, nproc, args.root.resolve(), args.dataset_seed)
+    runs = [r.resolve() if r else None for r in (args.expert_run, args.behaviour_run)]
+    for given in filter(None, runs):
+        if not (given / "checkpoints").is_dir():
+            raise SystemExit(f"{given} has no checkpoints/: --expert-run and --behaviour-run take finished run directories")
+    data = make_dataset(args.task, nproc, args.root.resolve(), args.dataset_seed, *runs)
     if not args.algos:
         return
     _, meta = dataset.load(data)
+    behaviour = meta.sources[0]  # the policy and checkpoint it was written with
     lines = []
     other = "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"  # its runs and section are its own
     suffix = other and f"-data{args.dataset_seed}"
@@ -179,6 +194,7 @@ def main() -> None:
                 f"run_dir={run_dir}",
                 "checkpoint.resume=false",
                 "logger.console=false",
+                *([f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []),
             )
             walls.append(time.monotonic() - start)
             rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -198,9 +214,9 @@ def main() -> None:
         f"\n## Offline: IQL and CQL on {meta.env} medium{other and f' (dataset seed {args.dataset_seed})'}\n\n"
         f"Made by `scripts/offline_check.sh --task {args.task}{other}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
         "collector(s) through torchrun, 2-core no-GPU machine).\n"
-        f"Dataset `{data.relative_to(ROOT) if data.is_relative_to(ROOT) else data}`: {meta.transitions:,} transitions of a SAC policy stopped early; "
-        f"behaviour return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert {meta.expert_return:.1f} "
-        "(the fully trained SAC policy, deterministic).\n"
+        f"Dataset `{data.relative_to(ROOT) if data.is_relative_to(ROOT) else data}`: {meta.transitions:,} transitions of a "
+        f"{behaviour['algo'].upper()} policy stopped at {behaviour['frames']:,} frames; behaviour return {meta.behaviour_return:.1f}, "
+        f"random {meta.random_return:.1f}, expert {meta.expert_return:.1f} (the fully trained policy, deterministic).\n"
         f"Final return: per seed, the mean `eval/return` of the last three evaluations ({episodes} deterministic episodes each); "
         "normalised: `100 * (R - random) / (expert - random)`.\n\n"
         "| algorithm | dataset | gradient steps | seeds | final return | normalised | behaviour return | wall time |\n"
