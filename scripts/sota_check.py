@@ -70,6 +70,7 @@ class Run:
     budget: int | None  # collector.total_frames from config.yaml; None without one
     final: float
     source: str  # eval or train
+    train: float  # train_return's
     wall_s: float
 
     @property
@@ -77,18 +78,23 @@ class Run:
         return self.budget is not None and self.frames >= self.budget
 
 
+def logged(rows: list[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
+
+
 def final_return(rows: list[dict]) -> tuple[float, str]:
     """The mean of the last two evaluations, the final weights' last where the
-    run logged it (``eval/final_return``); without evaluations, of the last three training returns."""
-
-    def logged(key: str) -> list[float]:
-        return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
-
-    evals = logged("eval/return") + logged("eval/final_return")[-1:]
+    run logged it (``eval/final_return``); without evaluations, :func:`train_return`."""
+    evals = logged(rows, "eval/return") + logged(rows, "eval/final_return")[-1:]
     if evals:
         return statistics.mean(evals[-2:]), "eval"
-    train = logged("train/episode_return")
-    return (statistics.mean(train[-3:]) if train else math.nan), "train"
+    return train_return(rows), "train"
+
+
+def train_return(rows: list[dict]) -> float:
+    """The mean training return of the last three rows: the stochastic policy's episodes, as CleanRL reports."""
+    train = logged(rows, "train/episode_return")
+    return statistics.mean(train[-3:]) if train else math.nan
 
 
 def budget_of(run_dir: Path) -> int | None:
@@ -105,7 +111,8 @@ def read_run(run_dir: Path) -> Run | None:
         return None
     final, source = final_return(rows)
     seed = run_dir.name.removeprefix("seed-")
-    return Run(seed, int(float(rows[-1]["frames"])), budget_of(run_dir), final, source, float(rows[-1]["time_s"]))
+    frames, wall_s = int(float(rows[-1]["frames"])), float(rows[-1]["time_s"])
+    return Run(seed, frames, budget_of(run_dir), final, source, train_return(rows), wall_s)
 
 
 def seed_dirs(runs_root: Path, preset: str, seeds: list[int] | None) -> list[Path]:
@@ -120,10 +127,11 @@ def summary_row(preset: str, runs: list[Run]) -> str:
     """One table row: budget, seeds, final return over seeds, published score and budget, wall time, notes."""
     pub = PRESETS[preset]
     finals = [r.final for r in runs]
-    spread = f" ± {statistics.stdev(finals):,.1f}" if len(finals) > 1 else ""
     sources = "/".join(sorted({r.source for r in runs}))
     budgets = sorted({r.budget or r.frames for r in runs})
     notes = []
+    if sources != "train":
+        notes.append(f"training episodes (as CleanRL reports): {mean_sd([r.train for r in runs])}")
     if max(budgets) < pub.frames:
         notes.append(f"below the published budget: {max(budgets):,} of {pub.frames:,} frames")
     unfinished = [r for r in runs if not r.finished]
@@ -135,9 +143,15 @@ def summary_row(preset: str, runs: list[Run]) -> str:
     wall = statistics.mean(r.wall_s for r in runs)
     return (
         f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
-        f"{statistics.mean(finals):,.1f}{spread} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
+        f"{mean_sd(finals)} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
         f"{'; '.join(notes)} |"
     )
+
+
+def mean_sd(values: list[float]) -> str:
+    """``mean ± sd`` (n - 1) over seeds; the mean alone for one seed."""
+    spread = f" ± {statistics.stdev(values):,.1f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):,.1f}{spread}"
 
 
 def short(frames: int) -> str:

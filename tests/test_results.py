@@ -40,6 +40,7 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
     assert cells[:5] == ["TD3", "Hopper-v5", "3,000", "2 (1, 2)", "925.0 ± 247.5 (eval)"]
     assert cells[5:8] == ["3135 ± 360 on v4 (CleanRL)", "1M", "45 s"]
     assert "below the published budget: 3,000 of 1,000,000 frames" in cells[8]
+    assert "training episodes (as CleanRL reports): 708.3 ± 11.8" in cells[8]  # last three: 716.7 and 700
     assert "in progress or stopped: seed 2 at 2,000 of 3,000" in cells[8]
 
 
