@@ -210,27 +210,32 @@ def losses(run_dir: Path) -> list[tuple]:
     return [tuple(r[k] for k in keys) for r in rows(run_dir)]
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("extra", [[], ["collector.pipeline=true"]], ids=["sync", "pipelined"])
-def test_same_seed_and_layout_reproduce_the_same_updates(workdir, extra):
-    args = ["debug=tiny", "seed=7", "logger.log_every_frames=128", *extra]  # a row per update: 8 updates
-    for name in ("a", "b"):
-        out = run_harness([*args, f"run_dir={name}"], workdir, nproc=3)
+@pytest.fixture(scope="module", params=[False, True], ids=["sync", "pipelined"])
+def seeded_runs(request, tmp_path_factory) -> tuple[Path, bool]:
+    """Three 1+2-rank runs of 8 rounds, a row each: ``a`` and ``b`` with seed 7,
+    ``c`` with seed 8; in sync rounds or pipelined ones."""
+    where, pipelined = tmp_path_factory.mktemp("seeded"), request.param
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        args = ["debug=tiny", f"seed={seed}", "logger.log_every_frames=128", f"collector.pipeline={pipelined}", f"run_dir={name}"]
+        out = run_harness(args, where, nproc=3)
         assert out.returncode == 0, out.stderr[-3000:]
-    assert losses(workdir / "a") == losses(workdir / "b")
-    assert len(losses(workdir / "a")) == 8
-    out = run_harness(["debug=tiny", "seed=8", "logger.log_every_frames=128", *extra, "run_dir=c"], workdir, nproc=3)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert losses(workdir / "c") != losses(workdir / "a")
+    return where, pipelined
 
 
 @pytest.mark.e2e
-def test_pipelined_rounds_have_lag_exactly_one(workdir):
-    out = run_harness(["debug=tiny", "collector.pipeline=true", "logger.log_every_frames=128", "run_dir=run"], workdir, nproc=3)
-    assert out.returncode == 0, out.stderr[-3000:]
-    table = rows(workdir / "run")
-    assert column(table, "collect/policy_lag_min")[1:] == column(table, "collect/policy_lag_max")[1:]
-    assert set(column(table, "collect/policy_lag_max")[1:]) == {1.0}  # round 0 has lag 0
+def test_same_seed_and_layout_reproduce_the_same_updates(seeded_runs):
+    where, _ = seeded_runs
+    assert losses(where / "a") == losses(where / "b")
+    assert len(losses(where / "a")) == 8
+    assert losses(where / "c") != losses(where / "a")
+
+
+@pytest.mark.e2e
+def test_rounds_act_with_the_newest_weights_or_one_behind_when_pipelined(seeded_runs):
+    where, pipelined = seeded_runs
+    table = rows(where / "a")
+    assert column(table, "collect/policy_lag_min") == column(table, "collect/policy_lag_max")
+    assert set(column(table, "collect/policy_lag_max")[1:]) == {1.0 if pipelined else 0.0}  # round 0 has lag 0
 
 
 @pytest.mark.e2e
