@@ -239,11 +239,12 @@ def write_table(out: Path, lines: list[str]) -> None:
         "# Results\n\n"
         "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + NPROC-1\n"
         f"collectors through torchrun, on this project's 2-core, no-GPU machine). Last update {time.strftime('%Y-%m-%d')}.\n"
-        "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the final\n"
-        "weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean `train/episode_return` of the last three log rows (the stochastic policy's\n"
-        "training episodes, as CleanRL reports); then the mean ± standard deviation (n - 1) over seeds. Wall time:\n"
-        "`time_s` of the last row, mean over seeds. A row says when it ran below the published budget, and when a\n"
-        "seed has not reached its budget (in progress, or stopped). Offline presets: below.\n\n"
+        "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the\n"
+        "final weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean\n"
+        "`train/episode_return` of the last three log rows (the stochastic policy's training episodes, as CleanRL\n"
+        "reports); then the mean ± standard deviation (n - 1) over seeds. Wall time: `time_s` of the last row, mean\n"
+        "over seeds. A row says when it ran below the published budget, and when a seed has not reached its budget\n"
+        "(in progress, or stopped). Offline presets: below.\n\n"
         f"{HEADER}\n" + "\n".join(rows.values()) + "\n" + sections
     )
     print(f"wrote {out}")
