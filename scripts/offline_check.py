@@ -5,7 +5,7 @@
     scripts/offline_check.sh --seeds 1 2 3
     scripts/offline_check.sh --dataset-seed 2   # a second dataset of the same behaviour policy
     scripts/offline_check.sh --root /tmp/offline --algos cql --out /tmp/offline/results.md
-    scripts/offline_check.sh --task hopper --expert-run runs/sota/td3_hopper/seed-1 \
+    scripts/offline_check.sh --task hopper --expert-run runs/sota/td3_hopper/seed-2 \
         --behaviour-run runs/sota/td3_hopper/seed-1   # runs made already: no SAC runs
 
 As D4RL's "medium": SAC is trained to expert level (its final policy is the
