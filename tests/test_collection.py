@@ -134,11 +134,13 @@ def test_uneven_collectors_per_trainer_is_a_layout_error(workdir):
 
 
 @pytest.mark.e2e
-def test_evaluation_runs_on_a_collector_and_is_logged(workdir):
+def test_evaluation_runs_on_a_collector_and_the_final_one_on_the_trainer(workdir):
     out = run_harness(["debug=tiny", "eval.every_frames=512", "eval.episodes=3", "run_dir=run"], workdir, nproc=3)
     assert out.returncode == 0, out.stderr[-3000:]
-    evals = column(rows(workdir / "run"), "eval/return")
+    table = rows(workdir / "run")
+    evals = column(table, "eval/return")
     assert len(evals) >= 1 and all(8 <= e <= 500 for e in evals), evals  # CartPole returns lie in [8, 500]
+    assert 8 <= float(table[-1]["eval/final_return"]) <= 500  # the final weights, evaluated by trainer 0
 
 
 @pytest.mark.unit
