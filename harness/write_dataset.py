@@ -134,7 +134,7 @@ def finish(cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sourc
         meta.episodes,
         meta.behaviour_return,
         random_return,
-        expert_return,
+        "none" if expert_return is None else f"{expert_return:.1f}",
     )
 
 
