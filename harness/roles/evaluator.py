@@ -1,9 +1,9 @@
 """Evaluation as a role: an offline run's collector rank, and the final
 weights of an online run.
 
-An offline run's collector takes the newest published weights, runs ``eval.episodes`` deterministic
-episodes, sends the result to its trainer (a tiny message on the data
-channel) and waits for the next version. The trainer receives these with
+An offline run's collector takes the newest published weights, runs
+``eval.episodes`` deterministic episodes, sends the result to its trainer (a
+tiny message on the data channel) and waits for the next version. The trainer receives these with
 :class:`~harness.roles.sources.RemoteEvaluations`.
 """
 

@@ -193,10 +193,6 @@ class Trainer:
         stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
         evals, self.eval_stats = self.eval_stats, EvalStats()
         row = evals.row(self.normalize) if self.offline else stats.row()
-        if self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
-            header = Header(self.progress.version, self.progress.frames, False, self.algo.values_for_header(self.progress.frames))
-            final = evaluate_final(self.cfg, self.algo, header)
-            row["eval/final_return"] = final.return_sum / final.episodes  # beside eval/return: older weights' score
         now = time.monotonic()
         elapsed = now - self.since[0]
         if not self.offline:
@@ -206,6 +202,11 @@ class Trainer:
             row["sync/bytes"] = self.publisher.payload_bytes
         self.next_log = self.step + self.cfg.logger.log_every_frames
         self.since = (now, self.progress.frames, self.progress.updates)
+        # The final weights' evaluation, after the rates (its time is not training's), beside eval/return (older weights').
+        if self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
+            header = Header(self.progress.version, self.progress.frames, False, self.algo.values_for_header(self.progress.frames))
+            final = evaluate_final(self.cfg, self.algo, header)
+            row["eval/final_return"] = final.return_sum / final.episodes
         if self.logger is not None:
             values = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
             self.last_row = {
