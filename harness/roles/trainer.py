@@ -174,14 +174,18 @@ class Trainer:
                     self.run_dir,
                 )
 
+    def header(self, stop: bool = False) -> Header:
+        """What travels with the current weights: version, frames, the algorithm's values."""
+        version, frames = self.progress.version, self.progress.frames
+        return Header(version, frames, stop, self.algo.values_for_header(frames))
+
     def publish(self, stop: bool = False) -> float:
         """Send the current weights as ``progress.version``; returns milliseconds."""
         if self.publisher is None:
             return 0.0
         started = time.perf_counter()
-        version, frames = self.progress.version, self.progress.frames
-        self.publisher.publish(Header(version, frames, stop, self.algo.values_for_header(frames)))
-        self.published = version
+        self.publisher.publish(self.header(stop))
+        self.published = self.progress.version
         return 1000 * (time.perf_counter() - started)
 
     def log(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
@@ -204,8 +208,7 @@ class Trainer:
         self.since = (now, self.progress.frames, self.progress.updates)
         # The final weights' evaluation, after the rates (its time is not training's), beside eval/return (older weights').
         if self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
-            header = Header(self.progress.version, self.progress.frames, False, self.algo.values_for_header(self.progress.frames))
-            final = evaluate_final(self.cfg, self.algo, header)
+            final = evaluate_final(self.cfg, self.algo, self.header())
             row["eval/final_return"] = final.return_sum / final.episodes
         if self.logger is not None:
             values = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
