@@ -42,6 +42,7 @@ MAY_CHANGE = (
     "trainer.",
     "collector.threads",
     "collector.device",
+    "algo.compile",  # how the step runs, not what it computes
 )
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 

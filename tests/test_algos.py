@@ -217,6 +217,16 @@ def test_compile_wraps_the_loss_methods_it_names():
 
 
 @pytest.mark.unit
+def test_compile_by_default_only_where_it_measured_faster():
+    """algo.compile=null (the default) compiles continuous CQL only; true and false are obeyed everywhere."""
+    cql = ALGOS["cql"]
+    assert not inspect.ismethod(cql.for_spec(PENDULUM)(cql.Config(), PENDULUM, 0).critic_losses)  # continuous: compiled
+    assert inspect.ismethod(cql.for_spec(CARTPOLE)(cql.Config(), CARTPOLE, 0).losses)  # discrete: measured slower compiled
+    assert inspect.ismethod(cql.for_spec(PENDULUM)(cql.Config(compile=False), PENDULUM, 0).critic_losses)
+    assert not inspect.ismethod(cql.for_spec(CARTPOLE)(cql.Config(compile=True), CARTPOLE, 0).losses)
+
+
+@pytest.mark.unit
 @pytest.mark.slow
 def test_compiled_loss_equals_the_eager_one():
     """DQN's TD loss has no sampling in it: compiled and eager must agree on the same weights and batch."""

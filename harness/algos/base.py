@@ -68,7 +68,8 @@ class AlgoConfig:
     """Fields every algorithm has. Subclasses that add checks call ``super().__post_init__()``."""
 
     name: str = MISSING  # registry key: ppo, ...
-    compile: bool = False  # torch.compile the gradient step (docs/algorithms.md, "Update speed", says where it pays)
+    # torch.compile the gradient step; null: where it measured faster (continuous CQL; docs/algorithms.md, "Update speed").
+    compile: Optional[bool] = None
     amp: str = "off"  # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the measurements
     # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
     normalize_obs: bool = False
@@ -172,6 +173,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     # Attributes (loss methods, loss modules) that ``algo.compile`` replaces with their ``torch.compile``d selves:
     # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
     compiled: ClassVar[tuple[str, ...]] = ()
+    # What ``algo.compile=null`` means: compiled only where that measured faster, compile time counted.
+    compile_by_default: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -193,7 +196,7 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         pack_parameters_(nn.ModuleDict(self.models))
         self.policy = cast(PolicyT, self.models["policy"])
         self.obs_norm = cast(Optional[ObsNormalizer], self.models.get("obs_norm"))  # updated by ``update``, from raw frames
-        if cfg.compile:  # compiled lazily, at the first call
+        if self.compile_by_default if cfg.compile is None else cfg.compile:  # compiled lazily, at the first call
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 

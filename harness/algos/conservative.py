@@ -18,7 +18,6 @@ class CQLConfig(OfflineConfig):
     """Defaults follow CORL's ``cql.py`` for D4RL locomotion, where they apply."""
 
     name: str = "cql"
-    compile: bool = True  # measured faster with its compile time counted (docs/algorithms.md, "Update speed")
     cql_alpha: float = 5.0  # weight of the conservative penalty, for rewards of about 1 a step (see reward_scale)
     n_actions: int = 10  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
     temperature: float = 1.0  # of the soft maximum
