@@ -94,7 +94,7 @@ def test_broken_wandb_does_not_stop_training_and_never_prints_the_key(workdir):
     secret = "0123456789abcdef0123456789abcdef01234567"
     env = {"WANDB_API_KEY": secret, "WANDB_BASE_URL": "http://127.0.0.1:9"}  # nothing listens there
     out = run_harness(
-        [*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=15", "run_dir=run"], workdir, nproc=1, env=env
+        [*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=5", "run_dir=run"], workdir, nproc=1, env=env
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
