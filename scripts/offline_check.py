@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -40,17 +41,21 @@ from harness.data import dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class Task:
+    env: str
+    expert: str  # the preset of the expert run and of the checkpointed run the behaviour policy comes from
+    frames: int  # of the checkpointed run
+    every: int  # its checkpoint spacing
+    band: tuple[float, float]  # the behaviour return a checkpoint must score to be chosen
+    size: int  # the dataset's transitions
+
+
 TASKS = {
-    # expert preset, frames of the checkpointed run, checkpoint spacing, behaviour-return band, dataset size
-    "pendulum": {"env": "pendulum", "expert": "sac_pendulum", "frames": 4500, "every": 256, "band": (-700, -400), "size": 50_000},
-    "hopper": {
-        "env": "hopper",
-        "expert": "sac_hopper",
-        "frames": 400_000,
-        "every": 10_000,
-        "band": (1000, 1800),
-        "size": 1_000_000,
-    },
+    "pendulum": Task("pendulum", "sac_pendulum", frames=4500, every=256, band=(-700, -400), size=50_000),
+    "hopper": Task("hopper", "sac_hopper", frames=400_000, every=10_000, band=(1000, 1800), size=1_000_000),
 }
 
 
@@ -69,32 +74,32 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
     other seeds come from the same behaviour policy without probing again."""
     spec = TASKS[task]
     if not (expert / "checkpoints").exists():
-        torchrun(nproc, "harness.train", f"experiment={spec['expert']}", f"run_dir={expert}", "logger.console=false")
+        torchrun(nproc, "harness.train", f"experiment={spec.expert}", f"run_dir={expert}", "logger.console=false")
     if not (medium / "checkpoints").exists():
         torchrun(
             nproc,
             "harness.train",
-            f"experiment={spec['expert']}",
+            f"experiment={spec.expert}",
             f"run_dir={medium}",
             "logger.console=false",
-            f"collector.total_frames={spec['frames']}",
-            f"checkpoint.every_frames={spec['every']}",
+            f"collector.total_frames={spec.frames}",
+            f"checkpoint.every_frames={spec.every}",
             "checkpoint.keep=1000",
         )
     chosen = medium / "behaviour_checkpoint.txt"
     if chosen.exists():
         return medium / "checkpoints" / chosen.read_text().strip()
-    low, high = spec["band"]
+    low, high = spec.band
     probe = runs / f"{task}-probe"
     for checkpoint in sorted((medium / "checkpoints").glob("step-*")):
         shutil.rmtree(probe, ignore_errors=True)
         torchrun(
             nproc,
             "harness.write_dataset",
-            f"env={spec['env']}",
+            f"env={spec.env}",
             f"policy={checkpoint}",
             f"out={probe}",
-            f"frames={spec['size'] // 5}",
+            f"frames={spec.size // 5}",
             "reference.random_return=0",
         )
         behaviour = dataset.load(probe)[1].behaviour_return
@@ -102,7 +107,7 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
         if low <= behaviour <= high:
             chosen.write_text(checkpoint.name + "\n")
             return checkpoint
-    raise SystemExit(f"no checkpoint of {medium} scores inside {spec['band']}: change the band or the run")
+    raise SystemExit(f"no checkpoint of {medium} scores inside {spec.band}: change the band or the run")
 
 
 def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None) -> Path:
@@ -117,10 +122,10 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | No
     torchrun(
         nproc,
         "harness.write_dataset",
-        f"env={spec['env']}",
+        f"env={spec.env}",
         f"policy={checkpoint}",
         f"out={out}",
-        f"frames={spec['size']}",
+        f"frames={spec.size}",
         f"reference.expert_policy={expert}",
         "reference.episodes=20",
         f"seed={seed}",
