@@ -10,7 +10,7 @@ Started by a Python other than the repository's ``.venv`` (which
 ``scripts/train.sh`` sets up, matplotlib included), it runs itself again with
 that one.
 
-Learning curves: ``train/episode_return`` (and ``eval/return`` where logged)
+Learning curves: ``train/episode_return`` (and ``eval/return``, ``eval/final_return`` where logged)
 against env frames and against wall time, one line per run. Runs whose
 configs differ only in ``seed`` (and ``run_dir``) are one line: their mean,
 with a band from the lowest to the highest seed. ``--presets ROOT`` draws one
@@ -89,10 +89,11 @@ def plot_runs(run_dirs: list[Path], out: Path, title: str | None = None, label: 
             ax.plot(grid, curves.mean(0), color=color, label=f"{label}{seeds}")
             if len(runs) > 1:
                 ax.fill_between(grid, curves.min(0), curves.max(0), color=color, alpha=0.2)
-            for r in runs:
-                if "eval/return" in r and np.isfinite(r["eval/return"]).any():
-                    ok = np.isfinite(r["eval/return"])
-                    ax.plot(r[x_key][ok], r["eval/return"][ok], "o", color=color, markersize=3)
+            for r in runs:  # evaluations: the collectors', and the final weights' in the last row
+                for key in ("eval/return", "eval/final_return"):
+                    ok = np.isfinite(r[key]) if key in r else []
+                    if np.any(ok):
+                        ax.plot(r[x_key][ok], r[key][ok], "o", color=color, markersize=3)
     axes[0].set_xlabel("env frames (offline: gradient steps)")
     axes[1].set_xlabel("wall time (s)")
     for ax in axes:
