@@ -145,7 +145,8 @@ class WeightSubscriber(abc.ABC):
         return SyncError(
             f"{self.endpoint} waited {timeout_s:g} s for {what} and gave up "
             f"(newest applied version: {self.version}). Is {self.upstream} alive? "
-            f"Raise sync.timeout_s if it is just slow." + (f" Cause: {cause}" if cause else "")
+            "If it is just slow, raise sync.timeout_s or publish more often (sync.publish_every_updates)."
+            + (f" Cause: {cause}" if cause else "")
         )
 
 
