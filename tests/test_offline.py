@@ -17,6 +17,7 @@ from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.collect.envs import env_spec
 from harness.data import dataset
+from harness.roles.loops import publish_due
 
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
@@ -226,6 +227,16 @@ def test_offline_updates_run_and_change_the_policy(algo, spec):
     assert all(math.isfinite(v) for row in metrics for v in row.values())
     after = list(algo.published_models()["policy"].parameters())
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+@pytest.mark.unit
+def test_slow_steps_publish_before_the_evaluators_give_up():
+    """Publishes come every ``publish_every_updates`` steps, and sooner when that
+    many steps outlast half the evaluators' wait (5,000 CQL steps at 0.15 s each
+    outlasted their 600 s and the run died at its first publish)."""
+    assert publish_due(5000, every=5000, silent_s=10.0, wait_bound_s=600.0)
+    assert not publish_due(4000, every=5000, silent_s=299.0, wait_bound_s=600.0)
+    assert publish_due(2001, every=5000, silent_s=301.0, wait_bound_s=600.0)
 
 
 @pytest.mark.e2e

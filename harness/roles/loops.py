@@ -8,6 +8,7 @@ Every update goes ``ready`` (its input in hand; several trainers meet here),
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
@@ -80,21 +81,32 @@ def async_stream(trainer: Trainer) -> None:
         trainer.log(metrics, sync_ms)
 
 
+def publish_due(updates: int, every: int, silent_s: float, wait_bound_s: float) -> bool:
+    """Every ``every`` updates, and whenever the trainer has been silent for half
+    of what its evaluators (and it, for their reports) wait before giving up:
+    a step slow enough to stretch ``every`` updates past that bound (5,000 CQL
+    steps on a CPU) makes a slow run, not a dead one."""
+    return updates % every == 0 or silent_s > wait_bound_s / 2
+
+
 def offline_steps(trainer: Trainer) -> None:
     """Gradient steps on the dataset; publish every ``sync.publish_every_updates``
-    steps for the collectors to evaluate; log what they report. The last row
-    waits for the final weights' evaluation."""
-    progress, source = trainer.progress, trainer.connected.evaluations
+    steps (sooner if steps are slow: :func:`publish_due`) for the collectors to
+    evaluate; log what they report. The last row waits for the final weights'
+    evaluation."""
+    progress, source, cfg = trainer.progress, trainer.connected.evaluations, trainer.cfg
     assert source is not None
-    sync_ms = 0.0
+    sync_ms, published_at = 0.0, time.monotonic()
+    wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
     metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
         trainer.ready([])
         metrics = trainer.algo.update([], progress.frames)
         trainer.learned(0)
-        if progress.updates % trainer.cfg.sync.publish_every_updates == 0 or trainer.stopping:
+        silent_s = time.monotonic() - published_at
+        if publish_due(progress.updates, cfg.sync.publish_every_updates, silent_s, wait_bound_s) or trainer.stopping:
             progress.version += 1
-            sync_ms = trainer.publish()
+            sync_ms, published_at = trainer.publish(), time.monotonic()
         if trainer.done:
             source.wait_for(progress.version, trainer.cfg.dist_timeout_s)
         trainer.eval_stats.add(source.take())
