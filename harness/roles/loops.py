@@ -108,7 +108,7 @@ def offline_steps(trainer: Trainer) -> None:
             progress.version += 1
             sync_ms, published_at = trainer.publish(), time.monotonic()
         if trainer.done:
-            source.wait_for(progress.version, trainer.cfg.dist_timeout_s)
+            source.wait_for(progress.version, cfg.dist_timeout_s)
         trainer.eval_stats.add(source.take())
         trainer.log(metrics, sync_ms)
 
