@@ -183,6 +183,17 @@ def test_sac_policy_log_prob_is_the_squashed_gaussian_density():
 
 
 @pytest.mark.unit
+def test_sac_policy_log_prob_of_a_given_action_is_the_density_it_was_sampled_with():
+    policy, obs = seeded_sac_policy()
+    action, log_prob, _ = policy.sample(obs)
+    inside = action.abs() < 2.0 * (1 - 1e-4)  # actions on the box's edge are moved inside it
+    assert inside.all()
+    assert torch.allclose(policy.log_prob(obs, action), log_prob, atol=1e-4)
+    edge = policy.log_prob(obs, torch.full((4, 1), 2.0))  # a saturated action: finite, not the density at +inf
+    assert torch.isfinite(edge).all()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "name,spec",
     [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM), ("cql", PENDULUM), ("cql", CARTPOLE)],

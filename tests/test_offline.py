@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import csv
+import dataclasses
 import json
 import math
 import subprocess
@@ -204,6 +206,40 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
     assert 0 < scaled["train/policy_share"] < 1  # the pi(s), pi(s') samples' share of the soft maximum
     with pytest.raises(ValueError, match="algo.reward_scale=0 is out of range"):
         CQLConfig(reward_scale=0.0)
+
+
+@pytest.mark.unit
+def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
+    """For its first ``bc_steps`` the actor's objective is the data action's log-likelihood: a dataset whose
+    action is always 1.5 pulls the policy's mean there (without the penalty, which would favour the data's action
+    too, Q on random rewards has no reason to); afterwards the step is CQL's without cloning."""
+    data = random_transitions(256)
+    data["action"].fill_(1.5)
+    torch.manual_seed(0)
+    cql = CQL(CQLConfig(batch_size=64, n_actions=2, compile=False, actor_lr=1e-2, cql_alpha=0.0, bc_steps=150), PENDULUM, 0)
+    cql.use_dataset(data)
+    obs = data["obs"][:64]
+
+    def likelihood() -> float:
+        with torch.no_grad():
+            return float(cql.policy.log_prob(obs, data["action"][:64]).mean())
+
+    start = likelihood()
+    for _ in range(150):
+        cql.update([], 0)
+    cloned = likelihood()
+    _, _, mean = cql.policy.sample(obs)
+    assert cloned > start + 2 and float((mean - 1.5).abs().mean()) < 0.2, (start, cloned, mean.mean())
+    never_cloning = CQL(dataclasses.replace(cql.cfg, bc_steps=0), PENDULUM, 0)
+    never_cloning.load_state_dict(copy.deepcopy(cql.state_dict()))  # a copy: Adam loads its moments uncopied
+    never_cloning.use_dataset(data)
+    for algo in (cql, never_cloning):
+        torch.manual_seed(1)
+        algo.update([], 0)
+    after, reference = cql.policy.state_dict(), never_cloning.policy.state_dict()
+    assert all(torch.equal(after[k], reference[k]) for k in after)
+    with pytest.raises(ValueError, match="algo.bc_steps=-1 is out of range"):
+        CQLConfig(bc_steps=-1)
 
 
 @pytest.mark.unit

@@ -43,7 +43,7 @@ RANGES_BY_NAME = {
     "learning_rate": POSITIVE, "hidden": AT_LEAST_ONE, "n_actions": AT_LEAST_ONE, "num_minibatches": AT_LEAST_ONE,
     "clip_coef": POSITIVE, "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE,
     "target_kl": POSITIVE, "target_action_gap": NON_NEGATIVE, "expectile": (0.0, 1.0, False, False),
-    "obs_clip": POSITIVE, "reward_clip": POSITIVE, "reward_scale": POSITIVE,
+    "obs_clip": POSITIVE, "reward_clip": POSITIVE, "reward_scale": POSITIVE, "bc_steps": NON_NEGATIVE,
 }
 RANGES_BY_SUFFIX = {"_lr": POSITIVE, "lr": POSITIVE, "_frequency": AT_LEAST_ONE, "_every": AT_LEAST_ONE,
                     "_size": AT_LEAST_ONE, "_steps": AT_LEAST_ONE, "_epochs": AT_LEAST_ONE}

@@ -24,6 +24,9 @@ class CQLConfig(OfflineConfig):
     lagrange: bool = False  # continuous: tune the penalty's weight towards target_action_gap
     target_action_gap: float = 10.0  # with lagrange: the wanted soft-max(Q) - Q(data) gap
     actor_lr: float = 1e-4  # continuous: actor's and entropy weight's Adam learning rate
+    # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising Q (the CQL
+    # paper's code, 10k-40k steps): the critics' targets then use actions near the data's from the start.
+    bc_steps: int = 0
     critic_lr: float = 3e-4  # critics' (and the Lagrange weight's) Adam learning rate
     tau: float = 0.005  # target critics' smoothing coefficient (discrete: 1 copies)
     target_update_every: int = 1  # gradient steps between target updates

@@ -81,12 +81,15 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
             "alpha_prime_optimizer": self.alpha_prime_optimizer,
         }
 
-    def actor_step(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        """SAC's actor and entropy-weight step."""
+    def actor_step(self, obs: torch.Tensor, data_action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """SAC's actor and entropy-weight step; for the first ``bc_steps``, behaviour cloning in place of Q."""
         alpha = self.log_alpha().detach()
         pi_action, log_prob, _ = self.policy.sample(obs)
-        q_pi = self.critics(obs, pi_action, frozen=True).min(0).values  # the gradient reaches the actor, not the critics
-        actor_loss = (alpha * log_prob - q_pi).mean()
+        if self.gradient_steps <= self.cfg.bc_steps:
+            objective = self.policy.log_prob(obs, data_action)
+        else:
+            objective = self.critics(obs, pi_action, frozen=True).min(0).values  # the gradient reaches the actor only
+        actor_loss = (alpha * log_prob - objective).mean()
         step(self.actor_optimizer, actor_loss)
         step(self.alpha_optimizer, -(self.log_alpha() * (log_prob.detach() + self.target_entropy)).mean())
         return {"train/actor_loss": actor_loss.detach(), "train/alpha": alpha, "train/entropy": -log_prob.detach().mean()}
@@ -129,7 +132,7 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        metrics = self.actor_step(batch["obs"])
+        metrics = self.actor_step(batch["obs"], batch["action"])
         td_loss, gaps, q_data, diagnostics = self.critic_losses(batch)
         if cfg.lagrange:
             alpha_prime = self.alpha_prime().clamp(0.0, 1e6)

@@ -53,19 +53,34 @@ class SACPolicy(Policy):
     def sample(self, obs: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A reparameterised action, its log-probability, and the mean action. With ``n``:
         ``n`` actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the network."""
-        h = F.relu(self.trunk(obs.flatten(1)))
-        mean = self.mean(h).float()  # float32 under algo.amp too: log-probabilities need the precision
-        log_std = torch.tanh(self.log_std(h).float())
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        mean, log_std = self.gaussian(obs)
         if n is not None:
             mean, log_std = mean.unsqueeze(1).expand(-1, n, -1), log_std.unsqueeze(1).expand(-1, n, -1)
         noise = torch.randn(mean.shape, device=mean.device)
         u = mean + noise * log_std.exp()
         y = torch.tanh(u)
         action = y * self.bounds.scale + self.bounds.bias
-        # The Gaussian's log-density at u, then the change of variables for the squashing (the paper's appendix C).
-        log_prob = (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)).sum(-1)
-        return action, log_prob, torch.tanh(mean) * self.bounds.scale + self.bounds.bias
+        return action, self.squashed_log_prob(noise, log_std, y), torch.tanh(mean) * self.bounds.scale + self.bounds.bias
+
+    def gaussian(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and log-std of the Gaussian before the squashing."""
+        h = F.relu(self.trunk(obs.flatten(1)))
+        mean = self.mean(h).float()  # float32 under algo.amp too: log-probabilities need the precision
+        log_std = torch.tanh(self.log_std(h).float())
+        return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The log-density of given actions ``[B, A]`` (a dataset's, for behaviour cloning), ``[B]``. Actions
+        on the box's edge (saturated tanh policies write many) are moved 1e-4 inside it, where the squashing is
+        invertible and its inverse (about 5) no target a Gaussian cannot reach."""
+        mean, log_std = self.gaussian(obs)
+        y = ((action - self.bounds.bias) / self.bounds.scale).clamp(-1 + 1e-4, 1 - 1e-4)
+        return self.squashed_log_prob((torch.atanh(y) - mean) / log_std.exp(), log_std, y)
+
+    def squashed_log_prob(self, noise: torch.Tensor, log_std: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The log-density of ``y = tanh(mean + noise * std)`` scaled to the box: the Gaussian's at the
+        pre-squash point, then the change of variables for the squashing (the paper's appendix C)."""
+        return (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)).sum(-1)
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
         if values.get("random"):
