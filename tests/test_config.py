@@ -114,10 +114,6 @@ def test_overrides_reach_typed_fields():
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
         ("algo.normalize_reward=true collector.mode=async", "algo.normalize_reward=true with collector.mode=async"),
-        (
-            "algo=iql env=pendulum dataset=x algo.normalize_obs=true",
-            "algo.normalize_obs=true: algo=iql learns from a fixed dataset",
-        ),
         ("algo.obs_clip=0", "algo.obs_clip=0 is out of range: algo=ppo needs it > 0"),
     ],
 )

@@ -15,6 +15,8 @@ import torch
 from helpers import run_harness
 from tensordict import TensorDict
 
+from harness import checkpoint
+from harness.algos import offline
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.collect.envs import env_spec
@@ -243,6 +245,30 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
 
 
 @pytest.mark.unit
+def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
+    """With ``algo.normalize_obs`` the statistics are the dataset's two-pass mean and variance (computed in
+    chunks, the same again on a second call), and the batches ``learn`` sees are normalised with them."""
+    data = random_transitions(1000)
+    for key in ("obs", "next_obs"):
+        data[key] = data[key] * torch.tensor([1.0, 3.0, 0.1]) + torch.tensor([0.0, 5.0, -2.0])
+    monkeypatch.setattr(offline, "STATISTICS_CHUNK", 128)
+    iql = IQL(IQLConfig(batch_size=32, normalize_obs=True), PENDULUM, 0)
+    obs = data["obs"].double()
+    for _ in range(2):
+        iql.use_dataset(data)
+        assert torch.allclose(iql.obs_norm.mean, obs.mean(0)) and torch.allclose(iql.obs_norm.var, obs.var(0, unbiased=False))
+    seen = []
+    monkeypatch.setattr(iql, "learn", lambda batch: seen.append(batch) or {})
+    torch.manual_seed(3)
+    iql.update([], 0)
+    torch.manual_seed(3)
+    index = torch.randint(0, 1000, (32,))
+    for key in ("obs", "next_obs"):
+        expected = ((data[key][index].double() - obs.mean(0)) / obs.var(0, unbiased=False).sqrt()).float()
+        assert torch.allclose(seen[0][key], expected, atol=1e-5)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "algo,spec",
     [
@@ -331,6 +357,7 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
         "env=cartpole",
         "dataset=rand",
         "algo.hidden=32",
+        "algo.normalize_obs=true",  # the dataset's statistics, evaluated with and saved
         "sync.publish_every_updates=100",
         "logger.log_every_frames=100",
         "eval.episodes=2",
@@ -345,6 +372,9 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
         rows = list(csv.DictReader(f))
     assert [int(r["gradient_steps"]) for r in rows] == [100, 200, 300, 400]
     assert all(r["eval/return"] for r in rows) and [int(float(r["eval/version"])) for r in rows] == [1, 2, 3, 4]
+    obs = dataset.load(workdir / "rand", "CartPole-v1")[0]["obs"].double()
+    saved = checkpoint.read(checkpoint.checkpoint_dir(workdir / "run") / "step-000000000400")[0]["algo"]["obs_norm"]
+    assert torch.allclose(saved["mean"], obs.mean(0)) and torch.allclose(saved["var"], obs.var(0, unbiased=False))
 
 
 @pytest.mark.e2e

@@ -253,6 +253,12 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         """``obs`` as the networks see them: normalised with the current statistics, if the algorithm normalises."""
         return obs if self.obs_norm is None else self.obs_norm(obs)
 
+    def normalized_batch(self, batch: TensorDict) -> TensorDict:
+        """``batch`` with ``obs`` and ``next_obs`` as the networks see them (``normalized``)."""
+        if self.obs_norm is None:
+            return batch
+        return batch.set("obs", self.obs_norm(batch["obs"])).set("next_obs", self.obs_norm(batch["next_obs"]))
+
     @abc.abstractmethod
     def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
         """Learn from one round of collectors' batches; ``frames`` counts env

@@ -51,6 +51,13 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
+    def reset(self) -> None:
+        """Back to no samples."""
+        self.mean.zero_()
+        self.var.fill_(1.0)
+        self.count.zero_()
+
+    @torch.no_grad()
     def update(self, x: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> None:
         """Merge ``x`` (``[..., *shape]``, at least one sample). With ``group``
         (a collective), the batch is the union of every member's ``x``."""

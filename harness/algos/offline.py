@@ -4,7 +4,10 @@ samples of a fixed dataset (``dataset=<path>``), no environment frames.
 Collectors only evaluate the weights trainer 0 publishes, so progress is
 counted in gradient steps: ``algo.gradient_steps`` is the run's length, and
 ``logger.log_every_frames`` / ``checkpoint.every_frames`` count gradient
-steps too. Each sampled batch's rewards are multiplied by ``algo.reward_scale``.
+steps too. Each sampled batch's rewards are multiplied by ``algo.reward_scale``;
+with ``algo.normalize_obs`` its observations are normalised with the dataset's
+mean and variance (CORL's ``normalize``), which travel to the evaluating
+collectors with the policy as the online algorithms' running statistics do.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from tensordict import TensorDict
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.collect.envs import EnvSpec
 
+STATISTICS_CHUNK = 100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
+
 
 @dataclass
 class OfflineConfig(AlgoConfig):
@@ -31,14 +36,6 @@ class OfflineConfig(AlgoConfig):
     # and temperature weights (cql_alpha, IQL's beta) are tuned for rewards of about 1 per step: CORL scales
     # D4RL locomotion rewards by episode length / (best - worst episode return) for that. docs/offline.md.
     reward_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.normalize_obs:
-            raise ValueError(
-                f"algo.normalize_obs=true: algo={self.name} learns from a fixed dataset, whose observations it "
-                "uses as they are; running statistics are for algorithms that collect (ppo, sac, td3, dqn)"
-            )
 
 
 OfflineConfigT = TypeVar("OfflineConfigT", bound=OfflineConfig)
@@ -54,8 +51,13 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         self.data: TensorDict | None = None
 
     def use_dataset(self, data: TensorDict) -> None:
-        """The transitions to learn from (memory-mapped is fine: only samples are read)."""
+        """The transitions to learn from (memory-mapped is fine: only samples are read, and with
+        ``algo.normalize_obs`` the observations once, in chunks, for their statistics)."""
         self.data = data
+        if self.obs_norm is not None:  # the same statistics on every call: a resumed run recomputes what it saved
+            self.obs_norm.reset()
+            for chunk in data["obs"].split(STATISTICS_CHUNK):
+                self.obs_norm.update(chunk)
 
     def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
         """One gradient step on a uniform sample of the dataset (collectors'
@@ -63,7 +65,7 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         assert self.data is not None, "use_dataset() comes first"
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
-        batch = self.to_device.sample(self.data, index)
+        batch = self.normalized_batch(self.to_device.sample(self.data, index))
         if self.cfg.reward_scale != 1.0:
             batch["reward"] = batch["reward"] * self.cfg.reward_scale
         with self.autocast():

@@ -104,12 +104,6 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
                 metrics = self.learn(batch)
         return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size * self.trainers}
 
-    def normalized_batch(self, batch: TensorDict) -> TensorDict:
-        """``batch`` with ``obs`` and ``next_obs`` as the networks see them (``normalized``)."""
-        if self.obs_norm is None:
-            return batch
-        return batch.set("obs", self.obs_norm(batch["obs"])).set("next_obs", self.obs_norm(batch["next_obs"]))
-
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""
         return (
