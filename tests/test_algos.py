@@ -53,9 +53,11 @@ def test_checkpointed_state_round_trips(name, spec):
     cls = ALGOS[name].for_spec(spec)
     torch.manual_seed(0)
     first = cls(cls.Config(), spec, 1000)
+    first.gradient_steps = 7
     torch.manual_seed(1)
     second = cls(cls.Config(), spec, 1000)
     second.load_state_dict(first.state_dict())
+    assert second.gradient_steps == 7
     for key, value in first.state_dict().items():
         if isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values()):
             assert all(torch.equal(v, second.state_dict()[key][k]) for k, v in value.items()), key

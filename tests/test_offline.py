@@ -214,7 +214,7 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
 def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
     """For its first ``bc_steps`` the actor's objective is the data action's log-likelihood: a dataset whose
     action is always 1.5 pulls the policy's mean there (without the penalty, which would favour the data's action
-    too, Q on random rewards has no reason to); afterwards the step is CQL's without cloning."""
+    too, Q on random rewards has no reason to); afterwards, and after a resume, the step is CQL's without cloning."""
     data = random_transitions(256)
     data["action"].fill_(1.5)
     torch.manual_seed(0)
@@ -233,13 +233,17 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
     _, _, mean = cql.policy.sample(obs)
     assert cloned > start + 2 and float((mean - 1.5).abs().mean()) < 0.2, (start, cloned, mean.mean())
     never_cloning = CQL(dataclasses.replace(cql.cfg, bc_steps=0), PENDULUM, 0)
-    never_cloning.load_state_dict(copy.deepcopy(cql.state_dict()))  # a copy: Adam loads its moments uncopied
-    never_cloning.use_dataset(data)
-    for algo in (cql, never_cloning):
+    resumed = CQL(cql.cfg, PENDULUM, 0)  # from a checkpoint: it counts on from step 150, so it clones no more
+    for algo in (never_cloning, resumed):
+        algo.load_state_dict(copy.deepcopy(cql.state_dict()))  # a copy: Adam loads its moments uncopied
+        algo.use_dataset(data)
+    for algo in (cql, never_cloning, resumed):
         torch.manual_seed(1)
         algo.update([], 0)
-    after, reference = cql.policy.state_dict(), never_cloning.policy.state_dict()
-    assert all(torch.equal(after[k], reference[k]) for k in after)
+    reference = never_cloning.policy.state_dict()
+    for algo in (cql, resumed):
+        after = algo.policy.state_dict()
+        assert all(torch.equal(after[k], reference[k]) for k in after)
     with pytest.raises(ValueError, match="algo.bc_steps=-1 is out of range"):
         CQLConfig(bc_steps=-1)
 

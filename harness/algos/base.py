@@ -280,13 +280,18 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         return {**self.checkpointed(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
 
     def state_dict(self) -> dict:
-        """Every ``stateful`` object's state; a module's as a copy: the published models share one packed
-        buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
+        """Every ``stateful`` object's state, and ``gradient_steps`` (schedules count them: CQL's
+        ``bc_steps``, delayed actor and target updates); a module's as a copy: the published models share one
+        packed buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
         return {
-            name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
-            for name, obj in self.stateful().items()
+            **{
+                name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
+                for name, obj in self.stateful().items()
+            },
+            "gradient_steps": self.gradient_steps,
         }
 
     def load_state_dict(self, state: dict) -> None:
         for name, obj in self.stateful().items():
             obj.load_state_dict(state[name])
+        self.gradient_steps = int(state.get("gradient_steps", 0))  # checkpoints before 2026-12-02 lack it
