@@ -22,6 +22,7 @@ from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.collect.envs import env_spec
 from harness.data import dataset
 from harness.roles.loops import publish_due
+from harness.roles.state import Progress, TrainerState
 
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
@@ -246,6 +247,18 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
         assert all(torch.equal(after[k], reference[k]) for k in after)
     with pytest.raises(ValueError, match="algo.bc_steps=-1 is out of range"):
         CQLConfig(bc_steps=-1)
+
+
+@pytest.mark.unit
+def test_offline_checkpoints_without_the_step_count_resume_counting_from_their_updates():
+    """Checkpoints saved before the algorithm's state held ``gradient_steps`` resume at the run's update count
+    (offline, one update is one gradient step), so ``bc_steps`` does not start again."""
+    cql = CQL(CQLConfig(batch_size=32, n_actions=2, compile=False, bc_steps=100), PENDULUM, 0)
+    state = TrainerState(cql, Progress(updates=42), 0, None, keep_replay=False).state_dict()
+    del state["algo"]["gradient_steps"]
+    fresh = CQL(CQLConfig(batch_size=32, n_actions=2, compile=False, bc_steps=100), PENDULUM, 0)
+    TrainerState(fresh, Progress(), 0, None, keep_replay=False).load_state_dict(state)
+    assert fresh.gradient_steps == 42
 
 
 @pytest.mark.unit

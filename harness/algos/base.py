@@ -294,4 +294,4 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def load_state_dict(self, state: dict) -> None:
         for name, obj in self.stateful().items():
             obj.load_state_dict(state[name])
-        self.gradient_steps = int(state.get("gradient_steps", 0))  # checkpoints before 2026-12-02 lack it
+        self.gradient_steps = int(state.get("gradient_steps", 0))  # older checkpoints lack it (TrainerState)

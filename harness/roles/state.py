@@ -66,5 +66,7 @@ class TrainerState:
             self.algo.load_replay_state(replay[self.rank] if isinstance(replay, list) else replay)
         for name, value in state["progress"].items():
             setattr(self.progress, name, value)
+        if "gradient_steps" not in state["algo"] and self.algo.offline:  # saved before checkpoints kept the count
+            self.algo.gradient_steps = self.progress.updates  # offline, an update is one gradient step
         rng = state["rng"]
         torch.set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
