@@ -36,7 +36,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
+import gymnasium as gym
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
@@ -78,7 +80,8 @@ def bare(env_id: str, frames: int) -> tuple[float, float]:
     envs = make_vec_env(env_id, NUM_ENVS)
     policy = PPO.make_policy(PPOConfig(), spec_of(envs))
     obs, _ = envs.reset(seed=0)
-    low_high = (envs.single_action_space.low, envs.single_action_space.high) if not spec_of(envs).discrete else None
+    space = envs.single_action_space
+    low_high = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     start, cpu = time.perf_counter(), time.process_time()
     for _ in range(frames // NUM_ENVS):
         action = policy(to_tensor(obs))["action"].numpy()
@@ -102,7 +105,12 @@ def collector_job(rank: int, world: int, env_id: str, batches: int) -> None | li
 
         sent = []  # the clocks at each batch handed over, past the first (start-up)
         send = channel.BatchSender.send
-        channel.BatchSender.send = lambda *a, **k: (send(*a, **k), sent.append((time.perf_counter(), time.process_time())))
+
+        def timed_send(*args: Any, **kwargs: Any) -> None:
+            send(*args, **kwargs)
+            sent.append((time.perf_counter(), time.process_time()))
+
+        channel.BatchSender.send = timed_send  # type: ignore[method-assign]  # the clock on each send, in this process only
         before = bare(env_id, batches * NUM_ENVS * STEPS)
         run_collector(cfg, layout, groups)
         (wall, cpu), (wall_end, cpu_end) = sent[0], sent[-1]
@@ -159,12 +167,12 @@ def main() -> None:
         except ValueError as e:
             print(f"skipping {env_id}: {e}")
             continue
-        runs = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
+        runs: list[list[tuple[float, float]]] = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
         for _ in range(args.repeats):  # bare, collector, bare in one process: drift on a noisy machine hits both alike
             result = run_ranks(collector_job, 2, env_id, args.frames // (NUM_ENVS * STEPS), timeout=600)
             if {status for status, _ in result.values()} != {"ok"}:
                 raise RuntimeError(result)
-            runs.append(result[1][1])
+            runs.append(cast(list[tuple[float, float]], result[1][1]))
         ratio = {
             clock: statistics.median(c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs) for clock in (0, 1)
         }

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,7 +113,7 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
 
 
 def watch(
-    cmd: list[str], returns: Callable[[str], list[float]], score: float, code: Path = ROOT, timeout: float = 1800
+    cmd: Callable[[str], list[str]], returns: Callable[[str], list[float]], score: float, code: Path = ROOT, timeout: float = 1800
 ) -> tuple[float | None, float]:
     """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to ``out.txt`` there,
     and poll ``returns(directory)``, the window returns so far, until it ends.
@@ -220,7 +220,7 @@ def main() -> None:
             ),
             flush=True,
         )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for case, results in runs.items():
         to_score = [r for r, _ in results if r is not None]
         rows.append(

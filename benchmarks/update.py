@@ -29,7 +29,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/
@@ -63,7 +63,7 @@ def timed(fns: dict[str, Step], repeats: int, sync: Callable[[], None]) -> dict[
 class MatmulShapes(TorchDispatchMode):
     """Records ``(m, k, n)`` of every matrix multiplication that runs (backward's too); a batched one counts per matrix."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.shapes: list[tuple[int, int, int]] = []
 
@@ -100,7 +100,8 @@ def learner(
     """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
     under ``algo.autocast()``); PPO: one minibatch step."""
     cls = ALGOS[name].for_spec(spec)
-    algo = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
+    # Any: PPO steps through losses(), the others through learn(), methods of the concrete classes
+    algo: Any = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
     if name == "ppo":
 
         def minibatch() -> None:

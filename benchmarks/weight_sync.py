@@ -72,15 +72,19 @@ def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, d
             torch.cuda.set_device(torch.device(device).index or 0)
         pack_parameters_(model.to(device))  # as the algorithms do with what they publish, on the trainer's device
     cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
-    end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
+    publisher = make_publisher(cfg, rank, groups) if rank == 0 else None
+    subscriber = make_subscriber(cfg, rank, groups) if rank != 0 else None
+    end = publisher or subscriber
+    assert end is not None
     end.connect({"policy": model}, ("t0",))
     latencies = []
     for version in range(samples):
         dist.barrier()
-        if rank == 0:
-            end.publish(Header(version, stop=version == samples - 1, values={"t0": time.monotonic()}))
+        if publisher is not None:
+            publisher.publish(Header(version, stop=version == samples - 1, values={"t0": time.monotonic()}))
         else:
-            header = end.wait(version)
+            assert subscriber is not None
+            header = subscriber.wait(version)
             latencies.append(1000 * (time.monotonic() - header.values["t0"]))
     dist.barrier()
     end.close()
