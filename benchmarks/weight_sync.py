@@ -51,7 +51,7 @@ from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.packing import pack_parameters_
-from harness.sync import Header, futex, make_publisher, make_subscriber, shm_files
+from harness.sync import Header, WeightPublisher, futex, make_publisher, make_subscriber, shm_files
 from harness.sync.config import SyncConfig
 
 SCHEMES = ["gloo", "shm", "hierarchical"]
@@ -72,19 +72,15 @@ def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, d
             torch.cuda.set_device(torch.device(device).index or 0)
         pack_parameters_(model.to(device))  # as the algorithms do with what they publish, on the trainer's device
     cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
-    publisher = make_publisher(cfg, rank, groups) if rank == 0 else None
-    subscriber = make_subscriber(cfg, rank, groups) if rank != 0 else None
-    end = publisher or subscriber
-    assert end is not None
+    end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     end.connect({"policy": model}, ("t0",))
     latencies = []
     for version in range(samples):
         dist.barrier()
-        if publisher is not None:
-            publisher.publish(Header(version, stop=version == samples - 1, values={"t0": time.monotonic()}))
+        if isinstance(end, WeightPublisher):
+            end.publish(Header(version, stop=version == samples - 1, values={"t0": time.monotonic()}))
         else:
-            assert subscriber is not None
-            header = subscriber.wait(version)
+            header = end.wait(version)
             latencies.append(1000 * (time.monotonic() - header.values["t0"]))
     dist.barrier()
     end.close()
