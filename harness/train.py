@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -115,6 +116,12 @@ def main(raw: DictConfig) -> None:
         else:
             assert groups is not None  # a collector is never the only rank
             run_collector(cfg, layout, groups)
+    except BaseException as e:
+        # Free what the failed call stack holds before its process groups go: else the
+        # last reference to the trainers' group is DDP's reducer's, whose destructor holds
+        # the GIL while joining gloo's worker thread, which may wait for the GIL (a hang at exit).
+        traceback.clear_frames(e.__traceback__)
+        raise
     finally:
         shutdown_distributed()
     if signals.interrupted() and "TORCHELASTIC_RUN_ID" not in os.environ:

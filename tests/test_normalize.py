@@ -135,23 +135,28 @@ def two_trainers(rank: int, world: int) -> dict:
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
-        torch.manual_seed(0)
-        cfg = PPOConfig(normalize_obs=True, normalize_reward=True, update_epochs=1, num_minibatches=2)
-        algo = ALGOS["ppo"](cfg, PENDULUM, 1000, dist.group.WORLD)
-        batch = batch_template(algo.acting_policy(algo.published_models()), PENDULUM.obs_shape, 8, 2)
-        batch["rollout", "obs"].copy_(stream(10 + rank, 16).float().view(8, 2, 3))
-        batch["rollout", "reward"].copy_(torch.randn(8, 2, generator=torch.Generator().manual_seed(20 + rank)))
-        algo.update([batch], 0)
-        stats = {
-            "mean": algo.obs_norm.mean,
-            "var": algo.obs_norm.var,
-            "count": algo.obs_norm.count,
-            "return_var": algo.reward_scaler.return_stats.var,
-            "actor": torch.cat([p.flatten() for p in algo.policy.parameters()]),
-        }
-        return {k: v.tolist() for k, v in stats.items()}  # plain values: tensors would not outlive this process
+        # The algorithm, and with it DDP's reducer, is gone before the group is: see ``harness.train.main``.
+        return one_reduced_update(rank, dist.group.WORLD)
     finally:
         dist.destroy_process_group()
+
+
+def one_reduced_update(rank: int, group) -> dict:
+    torch.manual_seed(0)
+    cfg = PPOConfig(normalize_obs=True, normalize_reward=True, update_epochs=1, num_minibatches=2)
+    algo = ALGOS["ppo"](cfg, PENDULUM, 1000, group)
+    batch = batch_template(algo.acting_policy(algo.published_models()), PENDULUM.obs_shape, 8, 2)
+    batch["rollout", "obs"].copy_(stream(10 + rank, 16).float().view(8, 2, 3))
+    batch["rollout", "reward"].copy_(torch.randn(8, 2, generator=torch.Generator().manual_seed(20 + rank)))
+    algo.update([batch], 0)
+    stats = {
+        "mean": algo.obs_norm.mean,
+        "var": algo.obs_norm.var,
+        "count": algo.obs_norm.count,
+        "return_var": algo.reward_scaler.return_stats.var,
+        "actor": torch.cat([p.flatten() for p in algo.policy.parameters()]),
+    }
+    return {k: v.tolist() for k, v in stats.items()}  # plain values: tensors would not outlive this process
 
 
 @pytest.mark.multiprocess
