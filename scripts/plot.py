@@ -159,10 +159,12 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path("docs"), help="with --presets: where the PNGs go")
     args = parser.parse_args()
     if args.presets:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
         plot_presets(args.presets, args.out_dir)
         return
     if args.out is None:
         parser.error("give --out FILE.png (or --presets ROOT)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.bench:
         plot_bench(args.bench, args.out)
     elif args.runs:

@@ -124,8 +124,8 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
     for seed in (1, 2):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
         (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
         (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
-    plot("--presets", "sota", "--out-dir", ".")
-    assert (workdir / "curves-tiny.png").read_bytes()[:4] == b"\x89PNG"
+    plot("--presets", "sota", "--out-dir", "plots")  # a folder not made yet
+    assert (workdir / "plots" / "curves-tiny.png").read_bytes()[:4] == b"\x89PNG"
     bench = [
         {"scheme": s, "params": p, "tensors": 100, "median_ms": m * p / 1e5, "p90_ms": 1}
         for s, m in (("memcpy", 0.01), ("shm", 0.3))
