@@ -29,7 +29,7 @@ from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.placement import describe_all, place
-from harness.distributed.setup import init_distributed, resolve_run_dir, shutdown_distributed
+from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.trainer import run_trainer
@@ -64,6 +64,23 @@ def sweep_defaults(cfg: Config) -> None:
     if not cfg.run_dir and hydra_cfg.mode == RunMode.MULTIRUN:
         cfg.run_dir = hydra_cfg.runtime.output_dir
     cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.run_name
+
+
+def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> None:
+    """This rank's trainer or collector, to its end. On a failure, what the failed
+    call stack holds is freed before ``main`` destroys the process groups: else the
+    last reference to the trainers' group can be DDP's reducer's, whose destructor
+    holds the GIL while it joins gloo's worker thread, which may be waiting for
+    the GIL (the process hangs at exit)."""
+    try:
+        if layout.is_trainer:
+            run_trainer(cfg, layout, groups, run_dir)
+        else:
+            assert groups is not None  # a collector is never the only rank
+            run_collector(cfg, layout, groups)
+    except BaseException as e:
+        traceback.clear_frames(e.__traceback__)
+        raise
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -111,17 +128,7 @@ def main(raw: DictConfig) -> None:
         # From here on SIGTERM, SIGUSR1 and a first Ctrl-C mean: checkpoint at the
         # next safe point, then exit. Before, during start-up, they stop the process at once.
         signals.install(announce=layout.rank == 0)
-        if layout.is_trainer:
-            run_trainer(cfg, layout, groups, run_dir)
-        else:
-            assert groups is not None  # a collector is never the only rank
-            run_collector(cfg, layout, groups)
-    except BaseException as e:
-        # Free what the failed call stack holds before its process groups go: else the
-        # last reference to the trainers' group is DDP's reducer's, whose destructor holds
-        # the GIL while joining gloo's worker thread, which may wait for the GIL (a hang at exit).
-        traceback.clear_frames(e.__traceback__)
-        raise
+        run_role(cfg, layout, groups, run_dir)
     finally:
         shutdown_distributed()
     if signals.interrupted() and "TORCHELASTIC_RUN_ID" not in os.environ:
