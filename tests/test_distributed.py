@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from helpers import wait_for
 
 from harness.algos.ppo import PPO, PPOConfig
 from harness.collect.envs import env_spec
@@ -57,10 +60,14 @@ def template():
     return batch_template(policy, (4,), steps=8, num_envs=2)
 
 
-def channel(rank, world, rounds, die_rank):
+def channel(rank, world, rounds, die_rank, pid_file=None):
+    """Collectors 1 and 2 send ``rounds`` batches to trainer 0; ``die_rank`` exits
+    without sending. With ``pid_file`` the trainer waits until it has exited."""
     groups = init_distributed(Layout.from_env(1), 20)
     if rank == 0:
         receiver = BatchReceiver(groups.data, 0, [1, 2], template(), timeout_s=5)
+        if pid_file is not None:
+            wait_for(lambda: exited(pid_file), 60, "the dying collector's process to exit")
         got = []
         try:
             for _ in range(rounds):
@@ -70,12 +77,25 @@ def channel(rank, world, rounds, die_rank):
         return "batches", [[t.tolist() for t in r] for r in got]
     sender = BatchSender(groups.data, rank, 0, template(), timeout_s=5)
     if rank == die_rank:
+        if pid_file is not None:
+            Path(pid_file).write_text(str(os.getpid()))
         return None  # exits without sending: the trainer must notice
     batch = template()
     for r in range(rounds):
         batch["rollout", "obs"].copy_(torch.full((8, 2, 4), 10.0 * rank + r))
         sender.send(batch)
     return None
+
+
+def exited(pid_file: str) -> bool:
+    """The process named in ``pid_file`` is gone or a zombie: its sockets are closed."""
+    if not Path(pid_file).exists():
+        return False
+    stat = Path(f"/proc/{Path(pid_file).read_text()}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_data_channel_delivers_each_collectors_batches_bit_exact():
@@ -87,7 +107,12 @@ def test_data_channel_delivers_each_collectors_batches_bit_exact():
         assert torch.equal(torch.tensor(from2), torch.full((8, 2, 4), 20.0 + r))
 
 
-def test_dead_collector_is_named_by_the_trainer():
-    results = run_ranks(channel, 3, 2, 2, timeout=60)
+@pytest.mark.parametrize("when", ["while the trainer waits", "before the trainer posts its receive"])
+def test_dead_collector_is_named_by_the_trainer(tmp_path, when):
+    # Gone first, gloo raises when the receive is posted or when it is waited on, as the close reached it:
+    # CI met the first (a bare gloo error, before BatchReceiver named the collector there too).
+    pid_file = str(tmp_path / "pid") if when.startswith("before") else None
+    results = run_ranks(channel, 3, 2, 2, pid_file, timeout=60)
+    assert results[0][0] == "ok", results[0]
     kind, message = results[0][1]
     assert kind == "error" and "collector rank 2" in message, results[0]

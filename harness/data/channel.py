@@ -122,13 +122,22 @@ class BatchReceiver:
             self.finished.add(c)
         return batch
 
+    def _post(self, c: int) -> dist.Work:
+        """The receive of collector ``c``'s next batch. Posting it fails at once,
+        rather than at the wait, when that collector's process has already gone."""
+        try:
+            work = dist.irecv(self.wires[c], src=c, group=self.group)
+        except RuntimeError as e:
+            raise self._error(c, e) from e
+        assert work is not None  # None only on a rank outside the group
+        return work
+
     def receive(self) -> list[TensorDict]:
         """One batch from every collector, in collector order (sync mode);
         valid until the next call."""
-        works = {c: dist.irecv(self.wires[c], src=c, group=self.group) for c in self.collectors}
+        works = {c: self._post(c) for c in self.collectors}
         deadline = time.monotonic() + self.timeout_s
         for c, work in works.items():
-            assert work is not None  # None only on a rank outside the group
             try:
                 work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
             except RuntimeError as e:
@@ -142,9 +151,9 @@ class BatchReceiver:
         silent = [c for c in self.collectors if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s]
         if silent:
             raise self._error(silent[0], "the other collectors kept sending")
-        work = dist.irecv(self.any_wire, group=self.group)  # from any source
-        assert work is not None  # None only on a rank outside the group
         try:
+            work = dist.irecv(self.any_wire, group=self.group)  # from any source
+            assert work is not None  # None only on a rank outside the group
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             waiting = [c for c in self.collectors if c not in self.finished]
