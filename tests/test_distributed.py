@@ -89,9 +89,10 @@ def channel(rank, world, rounds, die_rank, pid_file=None):
 
 def exited(pid_file: str) -> bool:
     """The process named in ``pid_file`` is gone or a zombie: its sockets are closed."""
-    if not Path(pid_file).exists():
+    pid = Path(pid_file).read_text() if Path(pid_file).exists() else ""
+    if not pid:  # not written yet
         return False
-    stat = Path(f"/proc/{Path(pid_file).read_text()}/stat")
+    stat = Path(f"/proc/{pid}/stat")
     try:
         return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
