@@ -16,8 +16,8 @@ def returns(run_dir) -> list[float]:
 
 
 # SAC learns with its losses in bfloat16 (algo.amp=bf16, docs/gpu.md: 1.27x faster on this CPU), TD3 in float32:
-# one run each covers both precisions. Budgets: a row past where seeds 1 and 2 got above -300 (SAC at 4-5k frames,
-# TD3 at 6k; -1,000 until 3k and 5k), every frame being a gradient step.
+# one run each covers both precisions. Budgets: one log row past where seeds 1 and 2 first scored above -300
+# (SAC by 5k frames, TD3 at 6k).
 @pytest.mark.parametrize("preset, amp, frames", [("sac_pendulum", "bf16", 5120), ("td3_pendulum", "off", 6144)])
 def test_continuous_control_learns_pendulum(workdir, preset, amp, frames):
     out = run_harness(

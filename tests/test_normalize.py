@@ -135,7 +135,7 @@ def two_trainers(rank: int, world: int) -> dict:
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
-        # The algorithm, and with it DDP's reducer, is gone before the group is: see ``harness.train.main``.
+        # The algorithm, and with it DDP's reducer, is gone before the group is: see ``harness.train.run_role``.
         return one_reduced_update(rank, dist.group.WORLD)
     finally:
         dist.destroy_process_group()
