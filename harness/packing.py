@@ -19,8 +19,14 @@ ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def pack(td: TensorDictBase) -> TensorDictBase:
-    """A consolidated copy of ``td``: every leaf a view into one uint8 buffer."""
-    return td.consolidate()
+    """A consolidated copy of ``td``: every leaf a view into one uint8 buffer,
+    on the leaves' device. (``consolidate`` alone allocates on ``td.device``,
+    which is ``None`` for ``TensorDict.from_module``'s: the CPU. A GPU model
+    packed that way would have its parameters moved back to the CPU.)"""
+    devices = {t.device for t in leaf_tensors(td)}
+    if len(devices) > 1:
+        raise ValueError(f"pack() needs every tensor on one device; these are on {sorted(map(str, devices))}")
+    return td.consolidate(device=devices.pop() if devices else None)
 
 
 def leaf_tensors(td: TensorDictBase) -> Iterator[torch.Tensor]:

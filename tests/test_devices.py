@@ -14,10 +14,11 @@ from torch import nn
 
 from harness import checkpoint
 from harness.algos import ALGOS
+from harness.algos.devices import check_devices, misplaced
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
-from harness.packing import flat_region, pack_parameters_
+from harness.packing import flat_region, pack, pack_parameters_
 from harness.roles.state import Progress, TrainerState
 from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
 
@@ -212,3 +213,109 @@ def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_
     models = {name: m.to(META) for name, m in cls.make_models(cls.Config(normalize_obs=True), PENDULUM).items()}
     policy = cls.acting_policy(models)
     assert policy(torch.zeros(4, PENDULUM.obs_dim, device=META))["action"].device == META
+
+
+# The device tier: every algorithm built, fed, updated and resumed on ``meta``, a device other than the
+# CPU's default, so that a tensor made or left on the CPU shows here as it would on a GPU. ``meta`` holds
+# no bytes, and it does not refuse every mix (F.linear of a meta input with CPU weights returns meta):
+# ``check_devices`` reads where every tensor is. What meta cannot run, and how that path is covered:
+# fused Adam has no meta kernel (``optim.adam`` takes the plain one there; fused Adam runs in every CPU
+# test), nor does the foreach gradient-norm clip (PPO uses the per-tensor one there), nor autocast
+# (``algo.amp`` is measured by tests/test_gpu.py and the GPU check), nor torch.compile (compile=False here).
+def frames_for(spec, n: int = 64) -> list[TensorDict]:
+    """One collector's batch of ``n`` random transitions (``spec``'s shapes), as ``update`` takes it."""
+    if not spec.discrete:
+        return pendulum_frames(n)
+    data = TensorDict(
+        obs=torch.randn(n, spec.obs_dim),
+        action=torch.randint(0, spec.num_actions, (n,)),
+        reward=torch.randn(n),
+        next_obs=torch.randn(n, spec.obs_dim),
+        terminated=torch.zeros(n, dtype=torch.bool),
+        batch_size=[n],
+    )
+    return [TensorDict(rollout=data.unsqueeze(1), batch_size=[])]
+
+
+def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
+    """One collector's sync round for PPO: ``[steps, envs]`` frames and the observation after them."""
+    action = torch.randint(0, spec.num_actions, (steps, envs)) if spec.discrete else torch.randn(steps, envs, spec.num_actions)
+    rollout = TensorDict(
+        obs=torch.randn(steps, envs, spec.obs_dim),
+        action=action,
+        logprob=torch.randn(steps, envs),
+        reward=torch.randn(steps, envs),
+        done=torch.rand(steps, envs) < 0.1,
+        terminated=torch.rand(steps, envs) < 0.1,
+        batch_size=[steps, envs],
+    )
+    return [TensorDict(rollout=rollout, next_obs=torch.randn(envs, spec.obs_dim))]
+
+
+CARTPOLE = env_spec("CartPole-v1")
+# Each with the options that write into its batches (normalised observations, scaled rewards).
+ON_A_DEVICE = {
+    "ppo": (CARTPOLE, {}),
+    "ppo-continuous": (PENDULUM, {"normalize_obs": True, "normalize_reward": True}),
+    "sac": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
+    "td3": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
+    "dqn": (CARTPOLE, {"batch_size": 8, "learning_starts": 0}),
+    "iql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
+    "cql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
+    "cql-discrete": (CARTPOLE, {"reward_scale": 0.5, "batch_size": 8}),
+}
+
+
+def built_on(device, case: str):
+    spec, options = ON_A_DEVICE[case]
+    cls = ALGOS[case.split("-")[0]].for_spec(spec)
+    return cls(cls.Config(compile=False, **options), spec, 10_000, device=device), spec
+
+
+def update_once(algo, spec) -> dict:
+    if algo.offline:
+        algo.use_dataset(frames_for(spec)[0]["rollout"].reshape(-1))
+        return algo.update([], 0)
+    return algo.update(ppo_round(spec) if algo.cfg.name == "ppo" else frames_for(spec), 0)
+
+
+@pytest.mark.parametrize("case", list(ON_A_DEVICE))
+@pytest.mark.filterwarnings("ignore:.*copying from a non-meta parameter")  # a resume onto meta copies no bytes, as it says
+def test_every_algorithm_builds_updates_and_resumes_with_all_its_state_on_its_device(case):
+    algo, spec = built_on(META, case)
+    assert check_devices(algo).endswith("on meta")  # construction and packing: nothing on the CPU
+    metrics = update_once(algo, spec)  # HostToDevice's batch, normalised and scaled in place, one update
+    assert all(v.device == META for v in metrics.values() if isinstance(v, torch.Tensor)), metrics
+    assert misplaced(algo) == []  # optimiser states made by the update, the replay where it belongs
+    trained_here, _ = built_on(CPU, case)  # a checkpoint written elsewhere, resumed on the device
+    update_once(trained_here, spec)
+    algo.load_state_dict(trained_here.state_dict())
+    assert misplaced(algo) == []
+
+
+def test_the_device_check_names_every_tensor_left_behind():
+    algo, spec = built_on(META, "sac")
+    update_once(algo, spec)
+    algo.log_alpha.to_empty(device=CPU)  # a module moved back, as a forgotten .to(device) would leave it
+    with pytest.raises(RuntimeError, match=r"should live on meta, but 1 tensors do not: log_alpha\.log_value \(cpu\)"):
+        check_devices(algo)
+
+
+def test_a_batch_moved_to_a_device_can_be_written_into_as_on_the_cpu():
+    """``consolidate`` locks what it makes, and so is a consolidated TensorDict moved to a device: the update's
+    batch must take normalised observations and scaled rewards (it is the update's own copy)."""
+    feed = HostToDevice(META)
+    for batch in (
+        feed.sample(replay().storage, torch.tensor([1, 2])),
+        feed.move(TensorDict(obs=torch.zeros(2, 3), batch_size=[2])),
+    ):
+        assert batch.device == META and not batch.is_locked
+        batch["obs"] = batch["obs"] * 2
+
+
+def test_pack_keeps_the_leaves_on_their_device_and_refuses_a_mix():
+    packed = pack_parameters_(nn.Linear(3, 2).to(META))
+    assert packed.weight.device == META and packed.bias.device == META
+    mixed = TensorDict(a=torch.zeros(2), b=torch.zeros(2, device=META))
+    with pytest.raises(ValueError, match=r"one device; these are on \['cpu', 'meta'\]"):
+        pack(mixed)

@@ -11,6 +11,7 @@ so that the gap stays near ``target_action_gap``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -58,8 +59,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         self.log_alpha = LogScalar(1.0).to(self.device)
         self.alpha_optimizer = adam(self.log_alpha.parameters(), lr=cfg.actor_lr)
         self.target_entropy = -float(spec.num_actions)
-        # Uniform actions have density 1 / volume of the action box.
-        self.uniform_log_density = -float(torch.log(2 * self.policy.bounds.scale).sum())
+        # Uniform actions have density 1 / volume of the action box (from the spec: a number, not a device read).
+        self.uniform_log_density = -sum(math.log(high - low) for low, high in zip(spec.action_low, spec.action_high))
 
     @classmethod
     def for_spec(cls, spec: EnvSpec) -> type[Algorithm]:

@@ -17,8 +17,9 @@ from harness.distributed.trainers import average_gradients
 
 
 def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam (PyTorch's defaults otherwise), fused."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    """Adam (PyTorch's defaults otherwise), fused; on ``meta`` (the device tests), which has no fused kernel, the plain one."""
+    params = list(params)
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=all(p.device.type != "meta" for p in params))
 
 
 def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
@@ -30,7 +31,8 @@ def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.Proce
     backward, the averaging and the update leave it, as torch advises (backward
     runs each op in the dtype its forward used anyway; the weights stay float32)."""
     optimizer.zero_grad()
-    amp = torch.is_autocast_enabled(loss.device.type)
+    # A device without autocast (``meta``, which the device tests build on) has none to leave.
+    amp = torch.amp.is_autocast_available(loss.device.type) and torch.is_autocast_enabled(loss.device.type)
     with torch.autocast(loss.device.type, enabled=False) if amp else contextlib.nullcontext():
         loss.backward()
         if group is not None:

@@ -150,6 +150,7 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
+        self.foreach = self.device.type != "meta"  # one kernel for every gradient's norm; meta (device tests) has none
         self.reward_scaler = RewardScaler(cfg.gamma, cfg.reward_clip).to(self.device) if cfg.normalize_reward else None
 
     @classmethod
@@ -201,7 +202,7 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
                     out = self.losses(flat[idx])
                 self.optimizer.zero_grad()
                 out["loss"].backward()
-                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm, foreach=self.foreach)
                 self.optimizer.step()
                 self.gradient_steps += 1
                 history.append({k: v.detach() for k, v in out.items()})

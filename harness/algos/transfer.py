@@ -73,4 +73,6 @@ class HostToDevice:
         moved = staging.to(self.device, non_blocking=True)  # one storage, one copy
         if self._moved is not None:
             self._moved.record(torch.cuda.current_stream(self.device))
-        return moved
+        # A consolidated TensorDict moves as a locked one; the batch is the update's own (a fresh
+        # device copy), and algorithms set entries in it (normalised obs, scaled rewards) as they do on a CPU.
+        return moved.unlock_()
