@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
+from harness.run_lock import LOCK_NAME
 
 # Settings a resumed run may change: how long it runs, how it is watched and
 # checkpointed, and where it computes. Anything else changes what is learned.
@@ -90,11 +91,13 @@ def used_by_an_earlier_run(run_dir: Path) -> list[str]:
 
 
 def move_aside(run_dir: Path) -> Path:
-    """Every file of ``run_dir`` (but earlier ``previous-*`` folders) into a new ``previous-<time>/``."""
+    """Every file of ``run_dir`` (but earlier ``previous-*`` folders and the
+    lock this launch holds) into a new ``previous-<time>/``. The lock stays:
+    moved, it would leave the name free for a second launch to lock anew."""
     aside = run_dir / f"previous-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     aside.mkdir()
     for path in run_dir.iterdir():
-        if path != aside and not path.name.startswith("previous-"):
+        if path != aside and not path.name.startswith("previous-") and path.name != LOCK_NAME:
             path.rename(aside / path.name)
     return aside
 

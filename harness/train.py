@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from harness import run_directory
+from harness import run_directory, run_lock
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
@@ -54,6 +54,47 @@ def check_dataset(cfg: Config) -> None:
     Minari dataset is read when the trainer starts.)"""
     if cfg.dataset and not cfg.dataset.startswith("minari:"):
         dataset.load(cfg.dataset, cfg.env.id)
+
+
+def claim(layout: Layout, run_dir: Path) -> run_lock.RunLock | None:
+    """Trainer 0 takes the run directory's lock before anything is written
+    there; every rank learns whether it got it, so that a refused launch ends
+    on every rank with trainer 0's reason, and none of them touches a file."""
+    lock: run_lock.RunLock | None = None
+    refusal: list[str | None] = [None]
+    if layout.rank == 0:
+        try:
+            lock = run_lock.take(run_dir)
+        except run_lock.RunLockError as e:
+            refusal = [str(e)]
+            if layout.single_process:
+                raise
+    if not layout.single_process:
+        dist.broadcast_object_list(refusal, src=0)
+    if refusal[0] is not None:
+        raise run_lock.RunLockError(refusal[0])
+    return lock
+
+
+def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) -> run_lock.RunLock | None:
+    """Lock, check and prepare the run directory; returns trainer 0's lock."""
+    lock = claim(layout, run_dir)
+    try:
+        # Every rank, before anything is written: a refused launch changes nothing.
+        if run_directory.check(cfg, raw, run_dir):
+            cfg.checkpoint.resume = True  # an earlier attempt of this launch ran here: continue it
+        if not layout.single_process:
+            # Every rank has checked before rank 0 writes config.yaml: a rank that checks later
+            # (32 ranks start seconds apart) would take this launch's own file for an earlier run's.
+            dist.barrier()
+        if layout.rank == 0:
+            check_writable(run_dir)
+            run_directory.prepare(cfg, raw, run_dir)
+    except BaseException:
+        if lock is not None:  # a sweep's next job in this process may want it
+            lock.release()
+        raise
+    return lock
 
 
 def sweep_defaults(cfg: Config) -> None:
@@ -98,6 +139,7 @@ def main(raw: DictConfig) -> None:
         cfg.trainer.device = placement.device  # resolved (cuda:<i> or cpu): where the algorithm lives
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
+    lock = None
     try:
         groups = None
         if not layout.single_process:
@@ -111,16 +153,7 @@ def main(raw: DictConfig) -> None:
             )
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
-        # Every rank, before anything is written: a refused launch changes nothing.
-        if run_directory.check(cfg, raw, run_dir):
-            cfg.checkpoint.resume = True  # an earlier attempt of this launch ran here: continue it
-        if not layout.single_process:
-            # Every rank has checked before rank 0 writes config.yaml: a rank that checks later
-            # (32 ranks start seconds apart) would take this launch's own file for an earlier run's.
-            dist.barrier()
-        if layout.rank == 0:
-            check_writable(run_dir)
-            run_directory.prepare(cfg, raw, run_dir)
+        lock = open_run_dir(cfg, raw, layout, run_dir)
         placements = describe_all(placement, not layout.single_process)  # also: no rank reads run_dir before prepare
         if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
@@ -131,6 +164,8 @@ def main(raw: DictConfig) -> None:
         run_role(cfg, layout, groups, run_dir)
     finally:
         shutdown_distributed()
+        if lock is not None:
+            lock.release()
     if signals.interrupted() and "TORCHELASTIC_RUN_ID" not in os.environ:
         # The shell's "ended by Ctrl-C". Under torchrun the launcher says it:
         # there, a worker's non-zero exit would read as a failure to restart.

@@ -4,6 +4,7 @@ wrote, composing configs, and bounded waits."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 
 from harness.config import Config, load, register_configs
+from harness.run_lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -64,6 +66,27 @@ def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0)
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
+    """The pid of the worker with RANK=rank among torchrun's children."""
+    children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    for pid in children:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no worker with RANK={rank} among {children}")
+
+
+def snapshot(run_dir: Path, lock: bool = False) -> dict[str, str]:
+    """Every file under ``run_dir`` with the hash of its bytes. ``lock``: with
+    the run directory's lock file, which is the harness's, not the run's: every
+    launch that takes the lock writes its host and pid there, a refused one too."""
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(run_dir).rglob("*"))
+        if p.is_file() and (lock or p.relative_to(run_dir) != Path(LOCK_NAME))
+    }
 
 
 def rows(run_dir: Path) -> list[dict[str, str]]:

@@ -3,7 +3,6 @@ moves files aside, damaged checkpoints are never trusted. Real runs, real files.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -11,20 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, rows, run_harness
+from helpers import ROOT, rows, run_harness, snapshot
 from tensordict import TensorDict
 
 from harness import checkpoint, run_directory
 from harness.data import dataset
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
-
-
-def snapshot(run_dir: Path) -> dict[str, str]:
-    """Every file under ``run_dir`` with the hash of its bytes."""
-    return {
-        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run_dir.rglob("*")) if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")

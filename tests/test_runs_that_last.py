@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import rows, run_harness, start_harness, wait_for
+from helpers import rank_pid, rows, run_harness, start_harness, wait_for
 
 from harness import checkpoint
 from harness.sync.shm_files import PREFIX
@@ -63,16 +62,6 @@ def test_run_dir_that_is_not_writable_is_a_clear_error(workdir):
     (workdir / "a_file").write_text("")
     out = run_harness([*TINY, f"run_dir={workdir / 'a_file' / 'run'}"], workdir, nproc=1)
     assert out.returncode != 0 and "is not writable" in out.stdout + out.stderr
-
-
-def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
-    """The pid of the worker with RANK=rank among torchrun's children."""
-    children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
-    for pid in children:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        if f"RANK={rank}".encode() in environ:
-            return int(pid)
-    raise AssertionError(f"no worker with RANK={rank} among {children}")
 
 
 LONG_FRAMES = 20480  # ten checkpoints: still training when the first one is seen
