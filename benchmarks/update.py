@@ -36,7 +36,8 @@ from reference_steps import reference_cql, reference_dqn, reference_iql, referen
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.algos import ALGOS
+from harness.algos import ALGOS, Algorithm
+from harness.algos.devices import check_devices
 from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
 from harness.collect.envs import EnvSpec, env_spec
@@ -96,9 +97,9 @@ def batch(obs_dim: int, action: torch.Tensor, device: str, n: int = 256) -> Tens
 
 def learner(
     name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, amp: bool = False, **fields
-) -> Step:
+) -> tuple[Step, Algorithm]:
     """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
-    under ``algo.autocast()``); PPO: one minibatch step."""
+    under ``algo.autocast()``); PPO: one minibatch step. And the algorithm, for the device check."""
     cls = ALGOS[name].for_spec(spec)
     # Any: PPO steps through losses(), the others through learn(), methods of the concrete classes
     algo: Any = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
@@ -109,7 +110,7 @@ def learner(
                 loss = algo.losses(data)["loss"]
             step(algo.optimizer, loss)
 
-        return minibatch
+        return minibatch, algo
 
     def learn() -> None:
         for _ in range(steps):
@@ -117,7 +118,7 @@ def learner(
             with algo.autocast():
                 algo.learn(data)
 
-    return learn
+    return learn, algo
 
 
 def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, Callable[[TensorDict, str], Step] | None]]:
@@ -161,24 +162,26 @@ def update_rows(
     rows: list[dict] = []
     chosen = [c for c in cases(device) if not only or c[0] in only]
     for case, name, spec, data, steps, fields, reference in sorted(chosen, key=lambda c: only.index(c[0]) if only else 0):
-        update = learner(name, spec, data, steps, device, False, **fields)
+        update, algo = learner(name, spec, data, steps, device, False, **fields)
         fns = {"update": update, "limit": limit_of(update, device)}
         if reference is not None:
             one = reference(data, device)
             fns["reference"] = lambda: [one() for _ in range(steps)]
         if amp:
-            fns["amp"] = learner(name, spec, data, steps, device, False, amp=True, **fields)
+            fns["amp"] = learner(name, spec, data, steps, device, False, amp=True, **fields)[0]
         if compiled:  # the first call compiles (a cold cache: see main)
-            fns["compiled"], start = learner(name, spec, data, steps, device, True, **fields), time.perf_counter()
+            fns["compiled"], start = learner(name, spec, data, steps, device, True, **fields)[0], time.perf_counter()
             fns["compiled"]()
             sync()
             compile_s = time.perf_counter() - start
         seconds = timed(fns, repeats, sync)
+        found = check_devices(algo)  # where the timed update's tensors are (it raises, naming any elsewhere)
         for kind in fns:
             row = {
                 "case": f"update/{case}/{kind}" if kind in ("compiled", "amp") else f"{kind}/{case}",
                 "ms": 1000 * seconds[kind] / steps,
                 "device": device,
+                **({"devices": found} if kind == "update" else {}),
             }
             rows.append({**row, "compile_s": compile_s} if kind == "compiled" else row)
             print(rows[-1], flush=True)

@@ -31,6 +31,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -69,6 +70,7 @@ class Check:
         self.scale = DRY_RUN_SLOWER if dry_run else 1
         self.rows: list[dict] = []
         self.step = ""  # the step the next launch() belongs to
+        self.written: Callable[[Check], object] | None = None  # writes the table so far (main's)
         (work / "logs").mkdir(parents=True, exist_ok=True)
 
     def run(self, name: str, cmd: list[str], budget_s: float, cwd: Path = ROOT) -> tuple[str, float, str]:
@@ -98,6 +100,8 @@ class Check:
     def add(self, step: str, check: str, status: str, seconds: float, result: str, **data) -> None:
         self.rows.append({"step": step, "check": check, "status": status, "seconds": round(seconds, 1), "result": result, **data})
         print(f"[gpu_check] {step} {check}: {status}, {seconds:.0f} s: {result}", flush=True)
+        if self.written is not None:
+            self.written(self)  # after every row: a step that overruns or a machine taken back keeps the others
 
 
 def tests(c: Check) -> None:
@@ -125,9 +129,12 @@ def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, b
         *overrides,
     ]
     status, seconds, out = c.run(name, cmd, budget_s, cwd=c.work)
-    devices = re.findall(r"rank \d+ (?:trainer|collector): (cuda:\d+|cpu)", out)
-    data: dict = {"devices": devices}
-    result = "devices " + " + ".join(devices)
+    # Where the trainer's tensors are, as its device check read them after the first update (not the
+    # layout line, which says what placement chose); and where each rank was placed, beside it.
+    found = re.findall(r"device check after the first update: rank 0 trainer: (.+)", out)
+    placed = re.findall(r"rank \d+ (?:trainer|collector): (cuda:\d+|cpu)", out)
+    data: dict = {"trainer_tensors": found[0] if found else None, "placed": placed}
+    result = f"trainer's tensors: {found[0] if found else 'no device check ran'}; placed " + " + ".join(placed)
     metrics = run_dir / "metrics.csv"
     if metrics.exists():
         rows = list(csv.DictReader(metrics.open()))
@@ -142,8 +149,8 @@ def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, b
         result += f"; {data['frames']:,} frames, {data['frames_per_s']:,.0f} frames/s, last publish {data['sync_ms']:.2f} ms, "
         result += f"return {returns[-1]:.1f}" if returns else "no episode ended"
     expected = "cpu" if c.dry_run else "cuda"
-    if status == "ok" and not (devices and devices[0].startswith(expected)):
-        status = f"failed (trainer on {devices[:1]}, expected {expected})"
+    if status == "ok" and not (found and re.fullmatch(rf"\d+ tensors on {expected}(:\d+)?", found[0])):
+        status = f"failed (the trainer's tensors: {found[:1] or 'not checked'}; expected all on {expected})"
     c.add(c.step, name, status, seconds, result, **data)
 
 
@@ -315,26 +322,30 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"),
         "dry_run": args.dry_run,
     }
+    kind = "dry run on the CPU" if args.dry_run else "GPU check"
+
+    def write(c: Check, final: bool = False) -> str:
+        """The table and its JSON as they stand (after every row, and once at the end)."""
+        total = time.monotonic() - started
+        so_far = "in all" if final else "so far (still running)"
+        header = f"scripts/gpu_check.sh{' --dry-run' if args.dry_run else ''}: {kind}, {machine['date']}, {total:.0f} s {so_far}"
+        text = table(c, machine, header)
+        (out / "gpu_check.md").write_text(text)
+        (out / "gpu_check.json").write_text(
+            json.dumps({"machine": machine, "seconds": total, "final": final, "rows": c.rows, "targets": targets(c)}, indent=1)
+        )
+        return text
+
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         c = Check(Path(tmp), args.dry_run)
+        c.written = write
         for step in (tests, runs, nccl, update, weight_sync):
             try:
                 step(c)
             except Exception as e:  # a broken step is a row of the table, and the other steps still run
                 (c.work / "logs" / f"{step.__name__}-error.log").write_text(traceback.format_exc())
                 c.add("-", step.__name__, f"error ({type(e).__name__})", 0.0, str(e)[:300])
-        total = time.monotonic() - started
-        kind = "dry run on the CPU" if args.dry_run else "GPU check"
-        text = table(
-            c,
-            machine,
-            f"scripts/gpu_check.sh{' --dry-run' if args.dry_run else ''}: {kind}, {machine['date']}, {total:.0f} s in all",
-        )
-        print("\n" + text)
-        (out / "gpu_check.md").write_text(text)
-        (out / "gpu_check.json").write_text(
-            json.dumps({"machine": machine, "seconds": total, "rows": c.rows, "targets": targets(c)}, indent=1)
-        )
+        print("\n" + write(c, final=True))
         with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
             tar.add(tmp, arcname="gpu_check", filter=lambda info: None if "/checkpoints" in info.name else info)
     failed = [r for r in c.rows if r["status"] not in ("ok", "skipped")]

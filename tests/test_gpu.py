@@ -10,10 +10,12 @@ import pytest
 import torch
 from helpers import pendulum_frames
 from tensordict import TensorDict
+from test_devices import ON_A_DEVICE, built_on, update_once
 from torch import nn
 
 from harness import checkpoint
 from harness.algos import ALGOS
+from harness.algos.devices import check_devices
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
@@ -198,3 +200,11 @@ def test_a_checkpoint_moves_from_cpu_to_gpu_and_back(tmp_path):
     TrainerState(again, Progress(), 0, None, True).load_state_dict(checkpoint.read(back)[0])
     assert all(torch.equal(a.cpu(), b) for a, b in zip(gpu.critics.parameters(), again.critics.parameters()))
     assert again.buffer is not None and again.buffer.storage.device.type == "cpu"
+
+
+@pytest.mark.parametrize("case", list(ON_A_DEVICE))
+def test_every_algorithm_updates_with_all_its_state_on_the_gpu(case):
+    """The device tier of tests/test_devices.py on CUDA, fused kernels and all: nothing stays on the CPU."""
+    algo, spec = built_on("cuda", case)
+    update_once(algo, spec)
+    assert check_devices(algo).endswith("on cuda:0")

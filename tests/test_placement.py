@@ -110,3 +110,22 @@ def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node():
 def test_single_process_debug_run_takes_the_gpu_and_ignores_nccl_rules():
     got = placements(world=1, nccl=True, gpus=1)
     assert [p.device for p in got] == ["cuda:0"]
+
+
+def test_a_gpu_trainer_node_with_cpu_collector_nodes_is_a_layout_not_a_mistake():
+    """trainer.device=cuda is refused only on a rank that trains: collector nodes need no GPU."""
+    trainer_node = place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=1)
+    collector_node = [
+        place(layout(r, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=0) for r in (2, 3)
+    ]
+    assert trainer_node.device == "cuda:0" and [p.device for p in collector_node] == ["cpu", "cpu"]
+    with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
+        place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=0)
+
+
+@pytest.mark.parametrize("gpus", [0, 4])
+def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
+    """With gloo, shm or hierarchical the weights arrive in CPU memory: a GPU collector would act on the CPU."""
+    with pytest.raises(PlacementError, match=r"only sync=nccl delivers weights to a GPU.*collector.device=auto"):
+        placements(world=3, collector_device="cuda", gpus=gpus)
+    assert placements(world=1, collector_device="cuda", gpus=1)[0].device == "cuda:0"  # one process: the trainer's device

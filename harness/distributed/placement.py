@@ -75,9 +75,16 @@ def place(
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
-    for role, choice in (("trainer", trainer_device), ("collector", collector_device)):
-        if choice == "cuda" and gpus == 0:
-            raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
+    # This rank's own role only: a job of GPU trainer nodes and CPU collector nodes is a layout, not a mistake.
+    role, choice = ("trainer", trainer_device) if is_trainer else ("collector", collector_device)
+    if choice == "cuda" and gpus == 0:
+        raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
+    if collector_device == "cuda" and not nccl and not layout.single_process:
+        raise PlacementError(
+            "collector.device=cuda, but only sync=nccl delivers weights to a GPU: with the other schemes they arrive "
+            "in CPU memory and the policy acts there, so a GPU would only hold a CUDA context (about 0.5 GB) on every "
+            "collector. Use collector.device=auto (the CPU) or cpu, or sync=nccl for GPU collectors"
+        )
     if nccl and not layout.single_process:
         for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
             if choice == "cpu":

@@ -84,9 +84,9 @@ def init_distributed(
 
     ``nccl_sync``: weights travel by NCCL (``sync=nccl``); ``nccl_device``
     is then this rank's GPU (its placement's), None on a rank outside that
-    group (a second trainer). ``nccl_timeout_s`` bounds every NCCL operation (default
-    ``timeout_s``): the weights group keeps a receive posted between
-    publishes, so it must cover the longest gap between two of them.
+    group (a second trainer). ``nccl_timeout_s`` is the longest wait the harness
+    bounds itself on that group (default ``timeout_s``); NCCL's watchdog is
+    sized above it (:func:`nccl_watchdog_s`).
     """
     store = join(layout, timeout_s)
     timeout = timedelta(seconds=timeout_s)
@@ -103,8 +103,25 @@ def init_distributed(
     groups.leaders = dist.new_group([0, *groups.node_leaders(layout.collector_ranks)], timeout=timeout, backend="gloo")
     if nccl_sync:
         groups.nccl_device = None if nccl_device is None else torch.device(nccl_device)
-        groups.sync_nccl = nccl_group(weights, timedelta(seconds=nccl_timeout_s or timeout_s), groups.nccl_device)
+        watchdog = timedelta(seconds=nccl_watchdog_s(nccl_timeout_s or timeout_s))
+        groups.sync_nccl = nccl_group(weights, watchdog, groups.nccl_device)
+        if layout.rank in weights:
+            create_communicator(groups.sync_nccl, groups.nccl_device, timeout_s)
     return groups
+
+
+def nccl_watchdog_s(harness_wait_s: float) -> float:
+    """How long NCCL's watchdog lets an operation run before it aborts the process (SIGABRT).
+
+    A collector keeps a receive posted on the weights group from one publish
+    to the next, so a trainer's longest planned silence (a first compiled
+    update, a checkpoint with the replay, the final evaluation) must fit in
+    it. Those gaps are bounded by the harness's own waits (``sync.timeout_s``,
+    ``dist_timeout_s``), which end with an error naming the rank and what it
+    waited for; the watchdog's abort names nothing. Twice the harness's wait
+    and a minute more: the harness's error comes first.
+    """
+    return 2 * harness_wait_s + 60
 
 
 def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.device]) -> dist.ProcessGroup:
@@ -114,8 +131,7 @@ def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.devi
     environment turned it off): NCCL's watchdog aborts an operation that
     outlives the timeout and ends the process with an error that names the
     rank, instead of leaving it hung on the GPU. ``device_id`` (where this
-    torch has it) binds the communicator to this rank's GPU and creates it
-    now, so a bad GPU layout fails at start-up, not at the first publish.
+    torch has it) binds the communicator to this rank's GPU.
     """
     if os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0") == "0":
         os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3"  # tear the process down on a timeout or error
@@ -123,6 +139,21 @@ def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.devi
     if device is not None and "device_id" in inspect.signature(dist.new_group).parameters:
         kwargs["device_id"] = device
     return dist.new_group(ranks, timeout=timeout, backend="nccl", **kwargs)
+
+
+def create_communicator(group: dist.ProcessGroup, device: Optional[torch.device], timeout_s: float) -> None:
+    """One small all-reduce on ``group``, waited for: its NCCL communicator exists from here on.
+
+    Created lazily, it would be made inside a collector's first posted receive,
+    which (depending on the torch version) can block that rank until every
+    member joins, while trainer 0 waits for the collector in the data
+    channel's handshake: a deadlock. A bad GPU layout also fails here, at start-up.
+    """
+    probe = torch.zeros(1, device=device)
+    work = dist.all_reduce(probe, group=group, async_op=True)
+    assert work is not None  # async_op=True returns the work
+    work.wait(timedelta(seconds=timeout_s))
+    torch.cuda.synchronize(device)
 
 
 def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist.Store:

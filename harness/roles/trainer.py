@@ -24,6 +24,7 @@ from tensordict import TensorDict
 
 from harness import checkpoint
 from harness.algos import ALGOS, Algorithm
+from harness.algos.devices import check_devices
 from harness.algos.offline import OfflineAlgorithm
 from harness.collect.envs import env_spec
 from harness.config import Config
@@ -67,6 +68,7 @@ class Trainer:
             cast(OfflineAlgorithm, self.algo).use_dataset(data)  # offline is OfflineAlgorithm's
             self.normalize = meta.normalized
         self.progress = Progress()
+        self.devices_checked = False  # after this process's first update (Trainer.learned)
         self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
         self.resumed_from = self._resume() if cfg.checkpoint.resume else None
         self.published = -1  # newest version sent
@@ -110,7 +112,14 @@ class Trainer:
         self.state.load_state_dict(state)
         if self.layout.rank == 0:
             log.info("resumed from %s: %s %d, version %d", path, self.unit, self.step, self.progress.version)
+        self.report_devices("after the resume")
         return path
+
+    def report_devices(self, when: str) -> None:
+        """Every tensor of the algorithm on its device, read off the tensors (a wrong one raises, named)."""
+        found = check_devices(self.algo)
+        if self.layout.rank == 0:
+            log.info("device check %s: rank 0 trainer: %s", when, found)
 
     def meet(self, where: str) -> None:
         """With several trainers: until all are here (a late one is named)."""
@@ -154,6 +163,9 @@ class Trainer:
         stop (:meth:`ready` found out)."""
         self.progress.frames += frames
         self.progress.updates += 1
+        if not self.devices_checked:  # the first update made the optimisers' states and the replay
+            self.report_devices("after the first update")
+            self.devices_checked = True
         if self.logger is not None:
             self.logger.tick(self.step)
         due = self.next_checkpoint is not None and self.step >= self.next_checkpoint
