@@ -16,6 +16,8 @@ from torch import nn
 from harness import checkpoint
 from harness.algos import ALGOS
 from harness.algos.devices import check_devices
+from harness.algos.gae import gae
+from harness.algos.normalize import RewardScaler
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
@@ -208,3 +210,16 @@ def test_every_algorithm_updates_with_all_its_state_on_the_gpu(case):
     algo, spec = built_on("cuda", case)
     update_once(algo, spec)
     assert check_devices(algo).endswith("on cuda:0")
+
+
+def test_gae_and_the_reward_scaler_give_the_cpus_results_for_gpu_rollouts():
+    """Their loops over T run on the CPU for a GPU rollout; what comes back is on the GPU and equal."""
+    g = torch.Generator().manual_seed(0)
+    reward, value = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
+    done, next_value = torch.rand(64, 4, generator=g) < 0.1, torch.randn(4, generator=g)
+    on_gpu = gae(*(t.cuda() for t in (reward, value, done, next_value)), 0.99, 0.95)
+    assert on_gpu.is_cuda and torch.allclose(on_gpu.cpu(), gae(reward, value, done, next_value, 0.99, 0.95))
+    here, there = RewardScaler(0.99, 10.0), RewardScaler(0.99, 10.0).cuda()
+    for _ in range(2):  # the returns carry across rounds
+        scaled = there.scale(reward.cuda(), done.cuda())
+        assert scaled.is_cuda and torch.allclose(scaled.cpu(), here.scale(reward, done))

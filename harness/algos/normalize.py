@@ -112,14 +112,16 @@ class RewardScaler(nn.Module):
     @torch.no_grad()
     def scale(self, reward: torch.Tensor, terminated: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
         """Scaled ``reward`` ``[T, N]``; first, the returns of these T steps
-        update the statistics (all trainers' together with ``group``)."""
+        update the statistics (all trainers' together with ``group``). On a
+        GPU the loop over the T steps runs on the CPU, as GAE's does (``gae``)."""
+        steps, ends = (reward.cpu(), terminated.cpu()) if reward.is_cuda else (reward, terminated)
         if self.returns is None or self.returns.shape != reward.shape[1:]:
-            self.returns = torch.zeros(reward.shape[1:], dtype=torch.float64, device=reward.device)
-        returns = torch.empty_like(reward, dtype=torch.float64)
-        for t in range(reward.shape[0]):
-            self.returns = self.returns * self.gamma + reward[t]
+            self.returns = torch.zeros(reward.shape[1:], dtype=torch.float64, device=steps.device)
+        returns = torch.empty_like(steps, dtype=torch.float64)
+        for t in range(steps.shape[0]):
+            self.returns = self.returns * self.gamma + steps[t]
             returns[t] = self.returns
-            self.returns = self.returns.masked_fill(terminated[t], 0.0)  # the next step starts an episode
-        self.return_stats.update(returns, group)
+            self.returns = self.returns.masked_fill(ends[t], 0.0)  # the next step starts an episode
+        self.return_stats.update(returns.to(reward.device, non_blocking=True), group)
         scaled = reward / (self.return_stats.var + EPSILON).sqrt()
         return scaled.clamp(-self.clip, self.clip).to(reward.dtype)
