@@ -88,23 +88,28 @@ def test_a_cpu_trainer_indexes_its_replay_in_place_with_nothing_staged():
     assert feed.move(same) is same
 
 
-def test_a_device_trainer_gathers_into_one_reused_staging_buffer_then_moves_it():
-    """Towards ``meta`` (no bytes move) the staging steps run here as on a GPU, without pinning or events."""
+def test_a_device_trainer_gathers_into_two_staging_buffers_in_turn_then_moves_them():
+    """Towards ``meta`` (no bytes move) the staging steps run here as on a GPU, without pinning or events.
+    Two buffers take turns, so the CPU fills one while the other's copy is still queued."""
     buffer, feed = replay(), HostToDevice(META)
     first = feed.sample(buffer.storage, torch.tensor([1, 2, 3, 4]))
     assert first.device == META and first["obs"].shape == (4, 3)
     staging = feed.staging
     assert staging is not None and staging.is_consolidated()  # one storage: one copy to the device
+    feed.sample(buffer.storage, torch.tensor([0, 0, 0, 0]))
+    other = feed.staging
+    assert other is not None and other is not staging  # the second batch in the other buffer
     index = torch.tensor([9, 0, 9, 5])
     feed.sample(buffer.storage, index)
-    assert feed.staging is staging  # reused, not reallocated
+    assert feed.staging is staging  # the third in the first again: reused, not reallocated
     for key in ("obs", "action", "terminated"):
         assert torch.equal(staging[key], buffer.storage[key][index]), key  # gathered straight into it
-    for _ in range(2):  # PPO's rounds: the first makes a staging buffer of their layout, the next reuse it
+    assert torch.equal(other["obs"], buffer.storage["obs"][torch.tensor([0, 0, 0, 0])])  # the other left as it was
+    for _ in range(4):  # PPO's rounds: the first two make buffers of their layout, the next reuse them
         rounds = TensorDict(rollout=TensorDict(obs=torch.randn(4, 2, 3), batch_size=[4, 2]), next_obs=torch.randn(2, 3))
         moved = feed.move(rounds)
         assert moved.device == META and torch.equal(feed.staging["rollout", "obs"], rounds["rollout", "obs"])
-    assert feed.staging is not staging and feed.staging.is_consolidated()
+    assert feed.staging is not staging and feed.staging is not other and feed.staging.is_consolidated()
 
 
 def test_replay_made_on_a_device_and_rebuilt_from_a_checkpoint_on_another():

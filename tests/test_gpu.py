@@ -161,12 +161,13 @@ def test_nccl_weights_reach_each_collectors_own_gpu_bit_exact():
     assert all(status == "ok" and value is True for status, value in results.values()), results
 
 
-def test_replay_samples_reach_the_gpu_through_one_reused_pinned_buffer():
+def test_replay_samples_reach_the_gpu_through_reused_pinned_buffers():
     buffer = ReplayBuffer(100, TensorDict(obs=torch.zeros(3), terminated=torch.zeros((), dtype=torch.bool)))
     buffer.extend(TensorDict(obs=torch.randn(100, 3), terminated=torch.rand(100) < 0.5, batch_size=[100]))
     feed = HostToDevice("cuda")
     feed.sample(buffer.storage, buffer.sample_index(16))
     staging = feed.staging
+    feed.sample(buffer.storage, buffer.sample_index(16))  # into the other buffer: two take turns
     index = buffer.sample_index(16)
     batch = feed.sample(buffer.storage, index)
     assert feed.staging is staging and staging is not None and staging["obs"].is_pinned()

@@ -4,8 +4,8 @@ On a CPU trainer a batch is used where it is. On a GPU, each update's batch
 (a replay or dataset sample, PPO's round) is written into one staging
 TensorDict in pinned CPU memory, whose leaves share one storage, and that
 storage moves with one non-blocking copy: the trainer's CPU goes on to queue
-the update's kernels while the bytes travel. The staging buffer is reused;
-before it is written again, a CUDA event says the previous copy has left it.
+the update's kernels while the bytes travel. Two staging buffers take turns;
+before one is written again, a CUDA event says its previous copy has left it.
 """
 
 from __future__ import annotations
@@ -16,63 +16,83 @@ from tensordict import TensorDict, TensorDictBase
 from harness.packing import leaf_tensors
 
 
-class HostToDevice:
-    """Moves batches of one layout to ``device`` through a reused pinned staging buffer.
+class _Slot:
+    """One pinned staging buffer and the CUDA event of the last copy out of it."""
 
-    ``device`` ``cpu``: nothing moves. Any other device stages (pinned memory
-    and events on CUDA only, so the same steps also run here towards
+    def __init__(self, cuda: bool):
+        self.staging: TensorDictBase | None = None
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (storage leaf, staging leaf) for sample()
+        self.storage: TensorDictBase | None = None  # whose leaves ``pairs`` holds; None: a move()'s layout
+        self.moved = torch.cuda.Event() if cuda else None
+
+    def reusable(self) -> None:
+        """Wait until the last copy out of this buffer is done."""
+        if self.moved is not None:
+            self.moved.synchronize()
+
+
+class HostToDevice:
+    """Moves batches of one layout to ``device`` through reused pinned staging buffers.
+
+    Two, in turn: the CPU fills one while the other's copy waits behind the
+    updates queued before it, so it may run two updates ahead of the GPU, not
+    one. ``device`` ``cpu``: nothing moves. Any other device stages (pinned
+    memory and events on CUDA only, so the same steps also run here towards
     ``meta``, which the tests use)."""
 
     def __init__(self, device: torch.device | str):
         self.device = torch.device(device)
         self.moves = self.device.type != "cpu"
         self._cuda = self.device.type == "cuda"
-        self.staging: TensorDictBase | None = None  # the pinned staging buffer, once a batch moved
-        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (storage leaf, staging leaf) for sample()
-        self._storage: TensorDictBase | None = None  # whose leaves _pairs holds
-        self._moved = torch.cuda.Event() if self._cuda else None  # the last copy out of the staging buffer
+        self._slots = (_Slot(self._cuda), _Slot(self._cuda))
+        self._turn = 0  # the slot the next batch goes into
+
+    @property
+    def staging(self) -> TensorDictBase | None:
+        """The staging buffer the last batch went through (None before any moved)."""
+        return self._slots[self._turn ^ 1].staging
+
+    def _next_slot(self) -> _Slot:
+        slot = self._slots[self._turn]
+        self._turn ^= 1
+        slot.reusable()
+        return slot
 
     def sample(self, storage: TensorDictBase, index: torch.Tensor) -> TensorDict:
-        """``storage[index]`` on the device: gathered straight into the staging
+        """``storage[index]`` on the device: gathered straight into a staging
         buffer, then moved. A storage already on the device (not in host memory) is indexed there."""
         if not self.moves:
             return storage[index]
         if storage.device is not None and storage.device.type != "cpu":
             return storage[index.to(storage.device)]
-        if storage is not self._storage or self.staging is None or self.staging.shape[0] != index.shape[0]:
-            self.staging = self._pinned(storage[index])
-            self._storage = storage
-            self._pairs = list(zip(leaf_tensors(storage), leaf_tensors(self.staging)))
+        slot = self._next_slot()
+        if storage is not slot.storage or slot.staging is None or slot.staging.shape[0] != index.shape[0]:
+            slot.staging, slot.storage = self._pinned(storage[index]), storage
+            slot.pairs = list(zip(leaf_tensors(storage), leaf_tensors(slot.staging)))
         else:
-            self._reusable()
-            for source, staged in self._pairs:
+            for source, staged in slot.pairs:
                 torch.index_select(source, 0, index, out=staged)
-        return self._send(self.staging)
+        return self._send(slot)
 
     def move(self, batch: TensorDictBase) -> TensorDict:
-        """``batch`` (CPU) on the device, through the staging buffer."""
+        """``batch`` (CPU) on the device, through a staging buffer."""
         if not self.moves:
             return batch  # type: ignore[return-value]  # a TensorDict wherever the trainer made it
-        if self.staging is None or self.staging.batch_size != batch.batch_size or self._storage is not None:
-            self.staging, self._storage = self._pinned(batch), None
+        slot = self._next_slot()
+        if slot.staging is None or slot.staging.batch_size != batch.batch_size or slot.storage is not None:
+            slot.staging, slot.storage = self._pinned(batch), None
         else:
-            self._reusable()
-            self.staging.copy_(batch)
-        return self._send(self.staging)
+            slot.staging.copy_(batch)
+        return self._send(slot)
 
     def _pinned(self, batch: TensorDictBase) -> TensorDictBase:
-        self._reusable()
         return batch.consolidate(pin_memory=self._cuda)
 
-    def _reusable(self) -> None:
-        """Wait until the previous copy out of the staging buffer is done."""
-        if self._moved is not None:
-            self._moved.synchronize()
-
-    def _send(self, staging: TensorDictBase) -> TensorDict:
-        moved = staging.to(self.device, non_blocking=True)  # one storage, one copy
-        if self._moved is not None:
-            self._moved.record(torch.cuda.current_stream(self.device))
+    def _send(self, slot: _Slot) -> TensorDict:
+        assert slot.staging is not None  # sample() and move() filled it
+        moved = slot.staging.to(self.device, non_blocking=True)  # one storage, one copy
+        if slot.moved is not None:
+            slot.moved.record(torch.cuda.current_stream(self.device))
         # A consolidated TensorDict moves as a locked one; the batch is the update's own (a fresh
         # device copy), and algorithms set entries in it (normalised obs, scaled rewards) as they do on a CPU.
         return moved.unlock_()
