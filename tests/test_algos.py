@@ -261,3 +261,28 @@ def test_compiled_loss_equals_the_eager_one():
     assert torch.allclose(loss, loss_c, atol=1e-6) and torch.allclose(q, q_c, atol=1e-6)
     loss.backward(), loss_c.backward()
     assert all(torch.allclose(a.grad, b.grad, atol=1e-6) for a, b in zip(eager.policy.parameters(), compiled.policy.parameters()))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["td3", "sac"])
+def test_off_policy_actors_store_the_action_the_env_runs(name):
+    """A saturated actor plus exploration noise: every action a collector stores lies in the box (TD3 clips
+    its noisy action, SAC's is squashed), so the replay holds what the env ran, as CleanRL's does."""
+    cls = ALGOS[name]
+    policy = cls.make_policy(cls.Config(), PENDULUM)
+    with torch.no_grad():
+        (policy.mean if name == "sac" else policy.net[-1]).bias.fill_(20.0)  # tanh saturates at the top of the box
+    action = policy(torch.randn(4096, 3))["action"]
+    assert float(action.max()) <= 2.0 and float(action.min()) >= -2.0
+    assert float((action == 2.0).float().mean()) > 0.3  # saturated: TD3's noise pushed about half past the edge
+
+
+@pytest.mark.unit
+def test_ppo_stores_its_unclipped_gaussian_sample_whose_log_prob_it_records():
+    policy = ALGOS["ppo"].make_policy(ALGOS["ppo"].Config(), PENDULUM)
+    with torch.no_grad():
+        policy.net[-1].bias.fill_(2.0)  # the mean at the edge of Pendulum's [-2, 2]
+    obs = torch.randn(4096, 3)
+    out = policy(obs)
+    assert float(out["action"].max()) > 2.0  # the sample, not the env's clipped copy
+    assert torch.allclose(out["logprob"], policy.log_prob_entropy(obs, out["action"])[0])
