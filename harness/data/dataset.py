@@ -10,13 +10,15 @@ A dataset is a directory:
   that normalised scores use: ``100 * (R - random) / (expert - random)``.
 
 ``meta.json`` is written last, so a directory without it is an unfinished
-write and is refused. ``dataset=minari:<id>`` reads a Minari dataset that is
+write and is refused. Reading never writes: every file's size is checked
+against ``meta.json`` before anything is mapped, and the maps are read-only. ``dataset=minari:<id>`` reads a Minari dataset that is
 already on this machine instead (see :mod:`harness.data.minari`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -45,10 +47,61 @@ def allocate(path: str | Path, example: TensorDict, n: int) -> TensorDict:
     return example.select(*FIELDS).expand(n).memmap_like(str(path / "data"), existsok=True)
 
 
-def open_storage(path: str | Path) -> TensorDict:
-    """The memory-mapped transitions of a dataset directory, for writing or
-    reading. Never unpickles: a dataset is data, and pickle runs code."""
-    return TensorDict.load_memmap(str(Path(path) / "data"), allow_pickle=False)
+def open_storage(path: str | Path, read_only: bool = False) -> TensorDict:
+    """The memory-mapped transitions of a dataset directory. Never unpickles:
+    a dataset is data, and pickle runs code. ``read_only``: mapped
+    copy-on-write from files opened for reading, so nothing that reads the
+    dataset can change a byte of it, nor grow a file (a shared mapping of a
+    file shorter than its tensor extends the file); else shared, for the
+    writers of :mod:`harness.write_dataset`."""
+    return TensorDict.load_memmap(str(Path(path) / "data"), allow_pickle=False, mode="r" if read_only else None)
+
+
+def field_layout(path: Path) -> dict:
+    """``data/meta.json``, tensordict's record of each field's shape and dtype (plain JSON)."""
+    try:
+        layout = json.loads((path / "data" / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path}/data/meta.json cannot be read ({e}): write the dataset again") from e
+    if not isinstance(layout, dict):
+        raise DatasetError(f"{path}/data/meta.json is damaged (not a mapping): write the dataset again")
+    return layout
+
+
+def _shape(path: Path, layout: dict, key: str | None) -> tuple[int, ...]:
+    """A field's shape in ``data/meta.json`` (``key`` None: the batch's), checked to be one."""
+    shape = (layout if key is None else layout[key]).get("shape")
+    if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d >= 0 for d in shape)):
+        raise DatasetError(f"{path}/data/meta.json gives {key or 'the batch'} the shape {shape!r}: write the dataset again")
+    return tuple(shape)
+
+
+def check_sizes(path: Path, meta: Meta) -> None:
+    """Before any memory map is made: each field's file must hold exactly
+    ``meta.transitions`` rows of the shape and dtype ``data/meta.json`` gives it."""
+    layout = field_layout(path)
+    missing = [k for k in FIELDS if not isinstance(layout.get(k), dict)]
+    shapes = {k: _shape(path, layout, k) for k in FIELDS if k not in missing}
+    held = sorted({shape[0] for shape in [_shape(path, layout, None), *shapes.values()]} - {meta.transitions})
+    if missing or held:
+        raise DatasetError(
+            f"{path} is damaged: meta.json says {meta.transitions} transitions, data/ holds "
+            f"{', '.join(map(str, held)) or meta.transitions}" + (f" and lacks {missing}" if missing else "")
+        )
+    for key, shape in shapes.items():
+        name = str(layout[key].get("dtype", ""))
+        dtype = getattr(torch, name.removeprefix("torch."), None)
+        if not isinstance(dtype, torch.dtype):
+            raise DatasetError(f"{path}/data/meta.json gives {key} the dtype {name!r}, which is not a torch dtype")
+        file = path / "data" / f"{key}.memmap"
+        expected = math.prod(shape) * dtype.itemsize
+        size = file.stat().st_size if file.exists() else 0
+        if size != expected:
+            raise DatasetError(
+                f"{file} holds {size:,} bytes, but {expected:,} are expected ({meta.transitions} transitions of "
+                f"{shape[1:]} {name.removeprefix('torch.')}, as meta.json and data/meta.json say): it was cut "
+                "short or written over. Nothing was changed; write the dataset again (python -m harness.write_dataset)"
+            )
 
 
 def refuse_non_tensors(path: Path) -> None:
@@ -119,14 +172,8 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
     if meta.format != FORMAT:
         raise DatasetError(f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}")
     refuse_non_tensors(path)
-    data = open_storage(path)
-    missing = [k for k in FIELDS if k not in data.keys()]
-    if missing or data.shape[0] != meta.transitions:
-        raise DatasetError(
-            f"{path} is damaged: meta.json says {meta.transitions} transitions, data/ holds {data.shape[0]}"
-            + (f" and lacks {missing}" if missing else "")
-        )
-    return data, meta
+    check_sizes(path, meta)
+    return open_storage(path, read_only=True), meta
 
 
 def check_shapes(name: str, data: TensorDict, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> None:
