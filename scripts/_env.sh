@@ -1,14 +1,17 @@
 # Sourced by train.sh and test.sh: create .venv if it is missing and install
 # the project into it (editable) with the extras named in $EXTRAS.
 #
-# torch is installed first and pinned (TORCH_SPEC), so that resolving the
-# project's other dependencies never pulls a multi-GB CUDA build onto a CPU
-# machine. On a GPU cluster, set TORCH_SPEC (and PIP_INDEX_URL if needed) to
-# the CUDA build you want before the first run.
+# torch is installed first, pinned (TORCH_SPEC), from TORCH_INDEX_URL when it
+# is set, so that resolving the project's other dependencies never swaps in
+# another build. Which build that is depends on the index: on Linux, PyPI's
+# torch is the CUDA build (several GB; it runs on CPUs too); the CPU-only build
+# is TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu. Everything after
+# torch comes from pip's own index (PIP_INDEX_URL and pip's config are honoured).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 EXTRAS=${EXTRAS:-}
 PY=${PYTHON:-python3}
 
@@ -32,8 +35,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 if ! installed; then
-  echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC)" >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
+  echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL})" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
   # constraints.txt: the versions CI tested, so that a new release elsewhere cannot change a fresh install.
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   touch "$VENV/.installed-${EXTRAS:-base}"

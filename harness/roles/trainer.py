@@ -195,6 +195,8 @@ class Trainer:
         """Send the current weights as ``progress.version``; returns milliseconds."""
         if self.publisher is None:
             return 0.0
+        if self.algo.device.type == "cuda":  # the update's queued kernels end outside the timing: sync/ms is the publish's
+            torch.cuda.synchronize(self.algo.device)
         started = time.perf_counter()
         self.publisher.publish(self.header(stop))
         self.published = self.progress.version
