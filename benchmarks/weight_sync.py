@@ -71,6 +71,9 @@ def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, d
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device).index or 0)
         pack_parameters_(model.to(device))  # as the algorithms do with what they publish, on the trainer's device
+        where = {str(p.device) for p in model.parameters()}
+        if where != {str(torch.device(device, 0) if device == "cuda" else torch.device(device))}:
+            raise RuntimeError(f"the publisher's weights should be on {device}, but they are on {sorted(where)}")
     cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     end.connect({"policy": model}, ("t0",))
