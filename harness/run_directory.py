@@ -9,6 +9,8 @@
   refused launch changes nothing. Nothing is ever deleted.
 - A restarted attempt of the same launch (torchrun ``--max-restarts``, a
   SLURM requeue) always continues its own run.
+- Any other directory (one holding files that no run writes, and no run's
+  ``config.yaml``: ``/``, a folder of the user's) is refused, start over or not.
 
 ``config.yaml`` is written unresolved: an ``${oc.env:...}`` interpolation (a
 token, say) is saved as written, never as its value.
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from harness import checkpoint
@@ -46,6 +49,11 @@ MAY_CHANGE = (
     "algo.compile",  # how the step runs, not what it computes
 )
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
+# Every name a run writes in its directory (and starting over, and the write
+# probe): a directory holding anything else without a run's config.yaml is
+# someone else's, and neither becomes a run directory nor is moved aside.
+A_RUNS_OWN = (*WRITTEN_BY_A_RUN, "videos", "tensorboard", "wandb", "wandb_id", LOCK_NAME)
+A_RUNS_OWN_PREFIXES = ("previous-", ".write-test-")
 
 
 class RunDirError(ValueError):
@@ -88,6 +96,38 @@ def differences(saved: dict, new: dict) -> list[str]:
 
 def used_by_an_earlier_run(run_dir: Path) -> list[str]:
     return [name for name in WRITTEN_BY_A_RUN if (run_dir / name).exists()]
+
+
+def holds_a_run(run_dir: Path) -> bool:
+    """``run_dir/config.yaml`` is a harness run's: a mapping naming one of its algorithms.
+    Read with ``yaml.safe_load``, which builds plain values only."""
+    try:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    algo = saved.get("algo") if isinstance(saved, dict) else None
+    return isinstance(algo, dict) and algo.get("name") in ALGOS and isinstance(saved.get("env"), dict)
+
+
+def refuse_foreign(run_dir: Path) -> None:
+    """Before anything is written: ``run_dir`` must be new, empty, or hold a
+    harness run (files the user added to a run's directory go with it). Any
+    other directory is refused naming what it holds, with or without
+    ``checkpoint.start_over``: a user's files are never moved, nor mixed with a run's."""
+    if not run_dir.is_dir() or holds_a_run(run_dir):
+        return
+    found = sorted(
+        p.name + "/" * p.is_dir()
+        for p in run_dir.iterdir()
+        if p.name == "config.yaml" or not (p.name in A_RUNS_OWN or p.name.startswith(A_RUNS_OWN_PREFIXES))
+    )
+    if found:
+        shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
+        raise RunDirError(
+            f"run_dir {run_dir} is not a run directory: it holds {shown}, and no harness run's config.yaml. "
+            "A run directory must be new, empty or an earlier run's (checkpoint.start_over moves only a run's "
+            "files aside). Nothing was changed: pick a new or empty directory with run_dir=PATH"
+        )
 
 
 def move_aside(run_dir: Path) -> Path:

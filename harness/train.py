@@ -57,15 +57,17 @@ def check_dataset(cfg: Config) -> None:
 
 
 def claim(layout: Layout, run_dir: Path) -> run_lock.RunLock | None:
-    """Trainer 0 takes the run directory's lock before anything is written
-    there; every rank learns whether it got it, so that a refused launch ends
-    on every rank with trainer 0's reason, and none of them touches a file."""
+    """Trainer 0 checks that the run directory is one (new, empty or a run's)
+    and takes its lock, before anything is written there; every rank learns
+    whether it did, so that a refused launch ends on every rank with trainer
+    0's reason, and none of them touches a file."""
     lock: run_lock.RunLock | None = None
     refusal: list[str | None] = [None]
     if layout.rank == 0:
         try:
+            run_directory.refuse_foreign(run_dir)  # before the lock file is made in it
             lock = run_lock.take(run_dir)
-        except run_lock.RunLockError as e:
+        except (run_directory.RunDirError, run_lock.RunLockError) as e:
             refusal = [str(e)]
             if layout.single_process:
                 raise

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import launch_env, rank_pid, rows, run_harness, snapshot, start_harness, wait_for
@@ -70,3 +71,32 @@ def test_the_lock_of_a_killed_owner_is_free_at_once(tmp_path):
     lock = take(tmp_path)
     assert f"pid {os.getpid()} " in (tmp_path / LOCK_NAME).read_text()
     lock.release()
+
+
+def a_folder_of_files(where: Path) -> Path:
+    """What a user's folder holds: files, folders, a hidden file, and a config.yaml that is not a run's."""
+    for name, text in {
+        "notes.txt": "mine",
+        "src/main.py": "print('hello')\n",
+        "results/table.csv": "a,b\n1,2\n",
+        ".hidden": "x",
+        "config.yaml": "model: resnet\n",
+    }.items():
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_text(text)
+    return where
+
+
+def every_path(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("start_over", ["false", "true"])
+def test_a_folder_that_is_not_a_run_is_refused_naming_what_it_holds_and_nothing_moves(workdir, start_over):
+    folder = a_folder_of_files(workdir / "mine")
+    paths, before = every_path(folder), snapshot(folder, lock=True)
+    out = run_harness([*TINY, "run_dir=mine", f"checkpoint.start_over={start_over}"], workdir, nproc=2, timeout=120)
+    assert out.returncode != 0
+    assert "is not a run directory: it holds .hidden, config.yaml, notes.txt, results/, src/" in out.stderr, out.stderr[-3000:]
+    assert every_path(folder) == paths and snapshot(folder, lock=True) == before  # no lock file, nothing moved aside
