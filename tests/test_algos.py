@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 
@@ -16,6 +17,7 @@ from harness.algos.cql import CQL, CQLConfig, DiscreteCQL
 from harness.algos.critics import Critics, soft_update
 from harness.algos.dqn import QPolicy
 from harness.algos.nets import mlp
+from harness.algos.ranges import AT_LEAST_ONE, ranged
 from harness.algos.sac import SACPolicy
 from harness.collect.envs import env_spec
 
@@ -286,3 +288,20 @@ def test_ppo_stores_its_unclipped_gaussian_sample_whose_log_prob_it_records():
     out = policy(obs)
     assert float(out["action"].max()) > 2.0  # the sample, not the env's clipped copy
     assert torch.allclose(out["logprob"], policy.log_prob_entropy(obs, out["action"])[0])
+
+
+@pytest.mark.unit
+def test_a_field_takes_the_range_declared_on_it_and_none_without_one():
+    """Ranges live on the fields (``ranged``): a new field is checked only if it declares one,
+    whatever its name (``warmup_steps`` would have been refused by a name-suffix table)."""
+
+    @dataclasses.dataclass
+    class WithWarmup(ALGOS["sac"].Config):
+        warmup_steps: int = 0  # no declared range: any int
+        warmup_frames: int = ranged(1, AT_LEAST_ONE)
+
+    assert WithWarmup(warmup_steps=0).warmup_steps == 0
+    with pytest.raises(ValueError, match=r"algo.warmup_frames=0 is out of range: algo=sac needs it >= 1"):
+        WithWarmup(warmup_frames=0)
+    with pytest.raises(ValueError, match=r"algo.tau=0 is out of range: algo=sac needs it in \(0, 1\]"):
+        WithWarmup(tau=0)  # the inherited fields keep theirs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, ContextManager, Generic, Mapping, Optional, Protocol, TypeVar, cast
 
 import torch
@@ -19,48 +19,10 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from harness.algos.normalize import ObsNormalizer
+from harness.algos.ranges import POSITIVE, check_ranges, ranged
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import EnvSpec
 from harness.packing import pack_parameters_
-
-# The ranges of every algorithm's numeric fields, by name, checked where the
-# fields are declared (AlgoConfig.__post_init__): a new algorithm's gamma,
-# tau, learning rates and cadences are checked without a line of its own.
-# (low, high, low included, high included)
-INF = float("inf")
-UNIT = (0.0, 1.0, False, True)  # (0, 1]
-POSITIVE = (0.0, INF, False, False)
-AT_LEAST_ONE = (1.0, INF, True, False)
-NON_NEGATIVE = (0.0, INF, True, False)
-PROBABILITY = (0.0, 1.0, True, True)
-# Two tables, read row by row.
-# fmt: off
-RANGES_BY_NAME = {
-    "gamma": UNIT, "tau": UNIT, "exploration_fraction": UNIT, "gae_lambda": PROBABILITY,
-    "start_e": PROBABILITY, "end_e": PROBABILITY, "alpha": NON_NEGATIVE, "cql_alpha": NON_NEGATIVE,
-    "exploration_noise": NON_NEGATIVE, "policy_noise": NON_NEGATIVE, "noise_clip": NON_NEGATIVE,
-    "learning_starts": NON_NEGATIVE, "update_to_data": POSITIVE, "temperature": POSITIVE, "beta": NON_NEGATIVE,
-    "learning_rate": POSITIVE, "hidden": AT_LEAST_ONE, "n_actions": AT_LEAST_ONE, "num_minibatches": AT_LEAST_ONE,
-    "clip_coef": POSITIVE, "ent_coef": NON_NEGATIVE, "vf_coef": NON_NEGATIVE, "max_grad_norm": POSITIVE,
-    "target_kl": POSITIVE, "target_action_gap": NON_NEGATIVE, "expectile": (0.0, 1.0, False, False),
-    "obs_clip": POSITIVE, "reward_clip": POSITIVE, "reward_scale": POSITIVE, "bc_steps": NON_NEGATIVE,
-}
-RANGES_BY_SUFFIX = {"_lr": POSITIVE, "lr": POSITIVE, "_frequency": AT_LEAST_ONE, "_every": AT_LEAST_ONE,
-                    "_size": AT_LEAST_ONE, "_steps": AT_LEAST_ONE, "_epochs": AT_LEAST_ONE}
-# fmt: on
-
-
-def value_range(name: str) -> tuple[float, float, bool, bool] | None:
-    """The range a numeric field named ``name`` must lie in, or None."""
-    if name in RANGES_BY_NAME:
-        return RANGES_BY_NAME[name]
-    return next((r for suffix, r in RANGES_BY_SUFFIX.items() if name.endswith(suffix)), None)
-
-
-def describe_range(low: float, high: float, low_in: bool, high_in: bool) -> str:
-    if high == INF:
-        return f">= {low:g}" if low_in else f"> {low:g}"
-    return f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
 
 
 @dataclass
@@ -73,18 +35,12 @@ class AlgoConfig:
     amp: str = "off"  # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the measurements
     # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
     normalize_obs: bool = False
-    obs_clip: float = 10.0  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
+    obs_clip: float = ranged(10.0, POSITIVE)  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_DTYPES:
             raise ValueError(f"algo.amp={self.amp!r}: choose off (float32) or bf16 (autocast to bfloat16)")
-        for f in fields(self):
-            value, bounds = getattr(self, f.name), value_range(f.name)
-            if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            low, high, low_in, high_in = bounds
-            if not ((low <= value if low_in else low < value) and (value <= high if high_in else value < high)):
-                raise ValueError(f"algo.{f.name}={value:g} is out of range: algo={self.name} needs it {describe_range(*bounds)}")
+        check_ranges(self, "algo", f"algo={self.name}")  # every field's declared range (``ranged``)
 
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.algos.offline import OfflineConfig
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 
 
 @dataclass
@@ -18,19 +19,23 @@ class CQLConfig(OfflineConfig):
     """Defaults follow CORL's ``cql.py`` for D4RL locomotion, where they apply."""
 
     name: str = "cql"
-    cql_alpha: float = 5.0  # weight of the conservative penalty, for rewards of about 1 a step (see reward_scale)
-    n_actions: int = 10  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
-    temperature: float = 1.0  # of the soft maximum
+    cql_alpha: float = ranged(
+        5.0, NON_NEGATIVE
+    )  # weight of the conservative penalty, for rewards of about 1 a step (see reward_scale)
+    n_actions: int = ranged(
+        10, AT_LEAST_ONE
+    )  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
+    temperature: float = ranged(1.0, POSITIVE)  # of the soft maximum
     lagrange: bool = False  # continuous: tune the penalty's weight towards target_action_gap
-    target_action_gap: float = 10.0  # with lagrange: the wanted soft-max(Q) - Q(data) gap
-    actor_lr: float = 1e-4  # continuous: actor's and entropy weight's Adam learning rate
+    target_action_gap: float = ranged(10.0, NON_NEGATIVE)  # with lagrange: the wanted soft-max(Q) - Q(data) gap
+    actor_lr: float = ranged(1e-4, POSITIVE)  # continuous: actor's and entropy weight's Adam learning rate
     # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising Q (the CQL
     # paper's code, 10k-40k steps): the critics' targets then use actions near the data's from the start.
-    bc_steps: int = 0
-    critic_lr: float = 3e-4  # critics' (and the Lagrange weight's) Adam learning rate
-    tau: float = 0.005  # target critics' smoothing coefficient (discrete: 1 copies)
-    target_update_every: int = 1  # gradient steps between target updates
-    hidden: int = 256  # width of every network's two hidden layers
+    bc_steps: int = ranged(0, NON_NEGATIVE)
+    critic_lr: float = ranged(3e-4, POSITIVE)  # critics' (and the Lagrange weight's) Adam learning rate
+    tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient (discrete: 1 copies)
+    target_update_every: int = ranged(1, AT_LEAST_ONE)  # gradient steps between target updates
+    hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers
 
 
 def cql_penalty(

@@ -24,6 +24,7 @@ from harness.algos.critics import soft_update
 from harness.algos.nets import mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from harness.algos.optim import adam, step
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 
@@ -32,17 +33,17 @@ class DQNConfig(OffPolicyConfig):
     """Defaults are CleanRL's ``dqn.py`` (CartPole); train_frequency 10 there is update_to_data 0.1 here."""
 
     name: str = "dqn"
-    buffer_size: int = 10_000
-    batch_size: int = 128
-    learning_starts: int = 10_000
-    update_to_data: float = 0.1
-    learning_rate: float = 2.5e-4  # Adam learning rate
-    tau: float = 1.0  # target update: 1 copies, < 1 averages
+    buffer_size: int = ranged(10_000, AT_LEAST_ONE)
+    batch_size: int = ranged(128, AT_LEAST_ONE)
+    learning_starts: int = ranged(10_000, NON_NEGATIVE)
+    update_to_data: float = ranged(0.1, POSITIVE)
+    learning_rate: float = ranged(2.5e-4, POSITIVE)  # Adam learning rate
+    tau: float = ranged(1.0, UNIT)  # target update: 1 copies, < 1 averages
     # Gradient steps between target updates: CleanRL's 500 env steps at one step per 10 frames.
-    target_network_frequency: int = 50
-    start_e: float = 1.0  # epsilon at the start
-    end_e: float = 0.05  # epsilon at the end of the schedule
-    exploration_fraction: float = 0.5  # fraction of collector.total_frames over which epsilon decays
+    target_network_frequency: int = ranged(50, AT_LEAST_ONE)
+    start_e: float = ranged(1.0, PROBABILITY)  # epsilon at the start
+    end_e: float = ranged(0.05, PROBABILITY)  # epsilon at the end of the schedule
+    exploration_fraction: float = ranged(0.5, UNIT)  # fraction of collector.total_frames over which epsilon decays
     double_dqn: bool = False  # pick the next action with the online network, value it with the target
     hidden_sizes: tuple[int, ...] = (120, 84)  # Q-network widths
 

@@ -20,6 +20,7 @@ from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offline import OfflineAlgorithm, OfflineConfig
 from harness.algos.optim import adam, step
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, OPEN_UNIT, POSITIVE, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 EXP_ADV_MAX = 100.0  # the advantage weights' clip, as in the paper's code
@@ -30,12 +31,12 @@ class IQLConfig(OfflineConfig):
     """Defaults are CORL's ``iql.py`` for D4RL locomotion."""
 
     name: str = "iql"
-    expectile: float = 0.7  # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
-    beta: float = 3.0  # inverse temperature of the advantage weights
-    tau: float = 0.005  # target critics' smoothing coefficient
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4  # critics and value function
-    hidden: int = 256  # width of every network's two hidden layers
+    expectile: float = ranged(0.7, OPEN_UNIT)  # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
+    beta: float = ranged(3.0, NON_NEGATIVE)  # inverse temperature of the advantage weights
+    tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient
+    actor_lr: float = ranged(3e-4, POSITIVE)
+    critic_lr: float = ranged(3e-4, POSITIVE)  # critics and value function
+    hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:

@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
+from harness.algos.ranges import AT_LEAST_ONE, POSITIVE, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 STATISTICS_CHUNK = 100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
@@ -29,13 +30,13 @@ STATISTICS_CHUNK = 100_000  # observations per pass of the normaliser's statisti
 class OfflineConfig(AlgoConfig):
     """Fields every offline algorithm has."""
 
-    gradient_steps: int = 1_000_000  # the run's length
-    batch_size: int = 256  # transitions per gradient step
-    gamma: float = 0.99  # discount
+    gradient_steps: int = ranged(1_000_000, AT_LEAST_ONE)  # the run's length
+    batch_size: int = ranged(256, AT_LEAST_ONE)  # transitions per gradient step
+    gamma: float = ranged(0.99, UNIT)  # discount
     # Rewards are multiplied by this before learning (returns and eval/return stay in the env's units). Penalty
     # and temperature weights (cql_alpha, IQL's beta) are tuned for rewards of about 1 per step: CORL scales
     # D4RL locomotion rewards by episode length / (best - worst episode return) for that. docs/offline.md.
-    reward_scale: float = 1.0
+    reward_scale: float = ranged(1.0, POSITIVE)
 
 
 OfflineConfigT = TypeVar("OfflineConfigT", bound=OfflineConfig)

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 from harness.algos.replay import ReplayBuffer
 from harness.collect.envs import EnvSpec
 
@@ -34,11 +35,17 @@ from harness.collect.envs import EnvSpec
 class OffPolicyConfig(AlgoConfig):
     """Fields every off-policy algorithm has."""
 
-    buffer_size: int = 1_000_000  # replay capacity in transitions, over all trainers (memory is allocated at start)
-    batch_size: int = 256  # transitions per gradient step, over all trainers (a multiple of topology.trainers)
-    learning_starts: int = 5_000  # frames of random actions before the first update
-    update_to_data: float = 1.0  # gradient steps per collected frame, whatever the number of collectors and trainers
-    gamma: float = 0.99  # discount
+    buffer_size: int = ranged(
+        1_000_000, AT_LEAST_ONE
+    )  # replay capacity in transitions, over all trainers (memory is allocated at start)
+    batch_size: int = ranged(
+        256, AT_LEAST_ONE
+    )  # transitions per gradient step, over all trainers (a multiple of topology.trainers)
+    learning_starts: int = ranged(5_000, NON_NEGATIVE)  # frames of random actions before the first update
+    update_to_data: float = ranged(
+        1.0, POSITIVE
+    )  # gradient steps per collected frame, whatever the number of collectors and trainers
+    gamma: float = ranged(0.99, UNIT)  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
     replay_device: str = "cpu"  # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU memory)
 

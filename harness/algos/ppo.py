@@ -32,6 +32,7 @@ from harness.algos.gae import gae
 from harness.algos.nets import mlp
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 
@@ -40,24 +41,24 @@ class PPOConfig(AlgoConfig):
     """Defaults are CleanRL's ``ppo.py`` (CartPole)."""
 
     name: str = "ppo"
-    lr: float = 2.5e-4  # Adam learning rate at the start of the run
+    lr: float = ranged(2.5e-4, POSITIVE)  # Adam learning rate at the start of the run
     anneal_lr: bool = True  # decay the learning rate linearly to 0 at collector.total_frames
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # GAE's bias/variance trade-off
-    update_epochs: int = 4  # passes over each round's frames
-    num_minibatches: int = 4  # minibatches per pass
+    gamma: float = ranged(0.99, UNIT)  # discount
+    gae_lambda: float = ranged(0.95, PROBABILITY)  # GAE's bias/variance trade-off
+    update_epochs: int = ranged(4, AT_LEAST_ONE)  # passes over each round's frames
+    num_minibatches: int = ranged(4, AT_LEAST_ONE)  # minibatches per pass
     norm_adv: bool = True  # normalise advantages within each minibatch
-    clip_coef: float = 0.2  # surrogate clipping range
+    clip_coef: float = ranged(0.2, POSITIVE)  # surrogate clipping range
     clip_vloss: bool = True  # clip the value loss around the old values
-    ent_coef: float = 0.01  # entropy bonus weight
-    vf_coef: float = 0.5  # value loss weight
-    max_grad_norm: float = 0.5  # global gradient-norm clip
-    target_kl: Optional[float] = None  # stop the epochs early past this approximate KL
+    ent_coef: float = ranged(0.01, NON_NEGATIVE)  # entropy bonus weight
+    vf_coef: float = ranged(0.5, NON_NEGATIVE)  # value loss weight
+    max_grad_norm: float = ranged(0.5, POSITIVE)  # global gradient-norm clip
+    target_kl: Optional[float] = ranged(None, POSITIVE)  # stop the epochs early past this approximate KL
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
     # Divide rewards by a running std of the discounted return, per env (gymnasium's NormalizeReward, as CleanRL's
     # ppo_continuous_action.py); sync mode only: it follows each env's rewards in order.
     normalize_reward: bool = False
-    reward_clip: float = 10.0  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
+    reward_clip: float = ranged(10.0, POSITIVE)  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
 
 
 class PPOPolicy(Policy):

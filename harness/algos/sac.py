@@ -21,6 +21,7 @@ from harness.algos.critics import Critics, critic_metrics
 from harness.algos.nets import Bounds, LogScalar, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from harness.algos.optim import adam, step
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -32,13 +33,13 @@ class SACConfig(OffPolicyConfig):
     """Defaults are CleanRL's ``sac_continuous_action.py``."""
 
     name: str = "sac"
-    policy_lr: float = 3e-4  # actor Adam learning rate
-    q_lr: float = 1e-3  # critics' (and alpha's) Adam learning rate
-    tau: float = 0.005  # target smoothing coefficient
-    policy_frequency: int = 2  # actor updates come in bursts of this many, every this many steps
-    alpha: float = 0.2  # entropy weight when not tuned
+    policy_lr: float = ranged(3e-4, POSITIVE)  # actor Adam learning rate
+    q_lr: float = ranged(1e-3, POSITIVE)  # critics' (and alpha's) Adam learning rate
+    tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
+    policy_frequency: int = ranged(2, AT_LEAST_ONE)  # actor updates come in bursts of this many, every this many steps
+    alpha: float = ranged(0.2, NON_NEGATIVE)  # entropy weight when not tuned
     autotune: bool = True  # tune alpha towards a target entropy of -action_dims
-    hidden: int = 256  # width of the two hidden layers
+    hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
 
 
 class SACPolicy(Policy):

@@ -21,6 +21,7 @@ from harness.algos.critics import Critics, critic_metrics, soft_update
 from harness.algos.nets import Bounds, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from harness.algos.optim import adam, step
+from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 from harness.collect.envs import EnvSpec
 
 
@@ -29,13 +30,13 @@ class TD3Config(OffPolicyConfig):
     """Defaults are CleanRL's ``td3_continuous_action.py`` (learning_starts: 25k there)."""
 
     name: str = "td3"
-    learning_rate: float = 3e-4  # Adam learning rate, actor and critics
-    tau: float = 0.005  # target smoothing coefficient
-    policy_frequency: int = 2  # one actor (and target) update per this many critic updates
-    exploration_noise: float = 0.1  # collectors' Gaussian noise, in units of the action half-range
-    policy_noise: float = 0.2  # target policy smoothing noise, same units
-    noise_clip: float = 0.5  # clip of that noise
-    hidden: int = 256  # width of the two hidden layers
+    learning_rate: float = ranged(3e-4, POSITIVE)  # Adam learning rate, actor and critics
+    tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
+    policy_frequency: int = ranged(2, AT_LEAST_ONE)  # one actor (and target) update per this many critic updates
+    exploration_noise: float = ranged(0.1, NON_NEGATIVE)  # collectors' Gaussian noise, in units of the action half-range
+    policy_noise: float = ranged(0.2, NON_NEGATIVE)  # target policy smoothing noise, same units
+    noise_clip: float = ranged(0.5, NON_NEGATIVE)  # clip of that noise
+    hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
 
 
 class TD3Policy(Policy):
