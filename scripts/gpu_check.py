@@ -213,8 +213,9 @@ def update(c: Check) -> None:
             "compiled_ms": compiled and compiled["ms"],
             "compile_s": compiled and compiled["compile_s"],
             "amp_ms": amp and amp["ms"],
+            "devices": eager.get("devices"),
         }
-        parts = [f"{c.device} {eager['ms']:.3f} ms"]
+        parts = [f"{c.device} {eager['ms']:.3f} ms ({eager.get('devices', 'no device check')})"]
         if cpu:
             parts.append(f"cpu {cpu['ms']:.2f} ms (cpu/{c.device} {cpu['ms'] / eager['ms']:.1f}x)")
         if compiled:
