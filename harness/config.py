@@ -76,8 +76,14 @@ class CollectorConfig:
             raise ValueError("collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway")
         if self.max_policy_lag < 0:
             raise ValueError(f"collector.max_policy_lag must be >= 0, got {self.max_policy_lag}")
-        if self.num_envs < 1 or self.frames_per_batch < 1 or self.total_frames < 1:
-            raise ValueError("collector.num_envs, frames_per_batch and total_frames must be >= 1")
+        counts = {
+            "num_envs": "envs per collector",
+            "frames_per_batch": "frames per batch",
+            "total_frames": "frames to learn from",
+        }
+        for name, what in counts.items():
+            if getattr(self, name) < 1:
+                raise ValueError(f"collector.{name}={getattr(self, name)}: the number of {what} must be >= 1")
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"collector.frames_per_batch={self.frames_per_batch} is not a multiple of "
@@ -169,6 +175,13 @@ class Config:
 
     def __post_init__(self) -> None:
         self._check_dataset()
+        if self.seed < 0:
+            # Every rank derives its seeds from this one (rank r's envs: seed + r * num_envs onwards),
+            # and gymnasium refuses a negative seed only when the first env is reset, on one rank.
+            raise ValueError(
+                f"seed={self.seed}: seeds must be >= 0, since every rank's envs and networks derive theirs "
+                "from it: pick seed=0 or more"
+            )
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         self._check_trainers()

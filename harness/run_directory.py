@@ -48,6 +48,7 @@ MAY_CHANGE = (
     "collector.device",
     "algo.compile",  # how the step runs, not what it computes
 )
+FIRST = {"algo.name": "algo", "env.id": "env.id", "seed": "seed"}  # named before other differences, in this order
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 # Every name a run writes in its directory (and starting over, and the write
 # probe): a directory holding anything else without a run's config.yaml is
@@ -86,12 +87,13 @@ def differences(saved: dict, new: dict) -> list[str]:
     not strand a run; one the new config lacks reads as ``<absent>``."""
     old, now = flat(saved), flat(new)
     default = schema_defaults(str(now.get("algo.name", old.get("algo.name"))))
-    keys = sorted(k for k in set(old) | set(now) if not k.startswith(MAY_CHANGE))
+    # What the run is first (another algorithm explains every hyper-parameter that differs), then the rest.
+    keys = sorted((k for k in set(old) | set(now) if not k.startswith(MAY_CHANGE)), key=lambda k: (k not in FIRST, k))
 
     def before(k: str) -> Any:
         return old.get(k, default.get(k, "<absent>"))
 
-    return [f"{k}: {before(k)} -> {now.get(k, '<absent>')}" for k in keys if before(k) != now.get(k, "<absent>")]
+    return [f"{FIRST.get(k, k)}: {before(k)} -> {now.get(k, '<absent>')}" for k in keys if before(k) != now.get(k, "<absent>")]
 
 
 def used_by_an_earlier_run(run_dir: Path) -> list[str]:

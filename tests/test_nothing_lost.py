@@ -42,6 +42,7 @@ def finished_run(workdir, run_once) -> Path:
         ("seed=2", "seed: 1 -> 2"),
         ("algo.lr=5e-4", "algo.lr: 0.001 -> 0.0005"),
         ("checkpoint.resume=false", "checkpoint.resume=false would mix the two runs"),
+        ("algo=dqn", "holds a run with other settings (algo: ppo -> dqn; algo."),  # what the run is, first
     ],
 )
 def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finished_run, override, message):
@@ -171,6 +172,9 @@ def test_an_offline_launch_on_a_pickled_dataset_exits_naming_it_and_runs_nothing
         (["algo=sac", "env=cartpole"], "algo=sac needs continuous actions"),
         (["+collector.total_frame=10"], "did you mean collector.total_frames?"),
         (["dist_timeout_s=-1"], "dist_timeout_s must be > 0"),
+        (["seed=-5"], "seed=-5: seeds must be >= 0"),  # not a derived seed, on one rank, a minute in
+        (["collector.total_frames=-1"], "collector.total_frames=-1: the number of frames to learn from must be >= 1"),
+        (["collector.num_envs=0"], "collector.num_envs=0: the number of envs per collector must be >= 1"),
     ],
 )
 def test_a_rejected_value_stops_the_launch_before_any_rank_starts_naming_the_option(workdir, overrides, message):
