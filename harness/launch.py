@@ -17,7 +17,11 @@ signal it handles as before), and this process does instead:
   this process exits at once with status 130. Shared-memory segments of
   killed workers are removed as after any SIGKILL (docs/weight_sync.md).
 
-Neither prints a traceback. ``scripts/train.sh`` launches through it.
+Neither prints a traceback. Nor does SIGTERM (a scheduler's preemption),
+which torchrun handles as before: it passes the signal on to the workers, which
+checkpoint and stop, and then raises it in its own main loop; this process
+exits with status 128 + 15 instead of printing that. ``scripts/train.sh``
+launches through it.
 """
 
 from __future__ import annotations
@@ -75,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_sigint)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     try:
         torchrun(torchrun_arguments(sys.argv[1:] if argv is None else argv))
+    except SignalException as e:
+        # A scheduler's stop (SIGTERM on preemption): the agent passed it on to the workers, which
+        # checkpoint at their next safe point and say so, then raises it here. It is not a failure
+        # to report with a traceback; the status says which signal ended the job.
+        return 128 + int(e.sigval)
     except Exception:
         if _presses:  # workers stopped by Ctrl-C during start-up: the agent calls that a failure
             return INTERRUPTED

@@ -129,6 +129,7 @@ def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
     signals.quiet_interrupt()  # Ctrl-C during start-up: stop at once, no traceback
+    signals.install(interrupt=False)  # a scheduler's SIGTERM during start-up: stop at the first safe point, as later
     cfg = load(raw)  # every value checked before any process group exists
     check_dataset(cfg)
     sweep_defaults(cfg)
@@ -160,8 +161,8 @@ def main(raw: DictConfig) -> None:
         if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
             log.info("%s\n%s", layout.describe(), placements)
-        # From here on SIGTERM, SIGUSR1 and a first Ctrl-C mean: checkpoint at the
-        # next safe point, then exit. Before, during start-up, they stop the process at once.
+        # From here on a first Ctrl-C, too, means: checkpoint at the next safe point, then exit
+        # (SIGTERM and SIGUSR1 meant it from the start). Before, during start-up, it stops the process at once.
         signals.install(announce=layout.rank == 0)
         run_role(cfg, layout, groups, run_dir)
     finally:

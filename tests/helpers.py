@@ -56,10 +56,14 @@ def run_harness(
     )
 
 
-def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0) -> subprocess.Popen:
-    """The same, in the background (output merged), for tests that signal or kill it."""
+def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0, launch: bool = False) -> subprocess.Popen:
+    """The same, in the background (output merged), for tests that signal or kill it.
+    ``launch``: through ``harness.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
+    start = launcher(nproc, restarts)
+    if launch:
+        start = [sys.executable, "-m", "harness.launch", *start[1:]]
     return subprocess.Popen(
-        [*launcher(nproc, restarts), "-m", "harness.train", *args],
+        [*start, "-m", "harness.train", *args],
         cwd=cwd,
         env=launch_env(),
         stdout=subprocess.PIPE,

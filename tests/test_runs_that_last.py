@@ -93,6 +93,22 @@ def test_sigterm_checkpoints_within_seconds_and_the_same_command_resumes(workdir
     assert frames == sorted(set(frames)) and frames[-1] == LONG_FRAMES
 
 
+def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_resumes(workdir):
+    args = [*TINY, "checkpoint.every_frames=2048", "run_dir=run"]
+    job = start_harness(args, workdir, launch=True)  # as scripts/train.sh starts it
+    wait_for(lambda: (workdir / "run/config.yaml").exists(), 120, "config.yaml: start-up under way")
+    job.send_signal(signal.SIGTERM)  # a scheduler's preemption; the launcher passes it on to every rank
+    out, _ = job.communicate(timeout=120)
+    assert job.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "preempted at frames 128: checkpoint written" in out, out[-3000:]  # the first round's update
+    assert "Traceback" not in out and "Error executing job" not in out, out[-3000:]
+    assert steps(workdir / "run") == ["step-000000000128"]
+    again = run_harness(args, workdir, nproc=3)
+    assert again.returncode == 0 and "resumed from" in again.stdout + again.stderr, again.stderr[-3000:]
+    frames = frames_column(workdir / "run")
+    assert frames[0] == 128 and frames == sorted(set(frames)) and frames[-1] == 1024  # every frame range once
+
+
 def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(workdir):
     before = set(Path("/dev/shm").glob(f"{PREFIX}*"))
     job = start_harness([*LONG, "sync=shm", "run_dir=run"], workdir, restarts=1)

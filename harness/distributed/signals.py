@@ -12,8 +12,12 @@ A second SIGINT stops the process at once. The first one puts SIGINT back to
 the system's default action, which ends the process without running any
 Python (so no KeyboardInterrupt traceback), even while it is blocked inside a
 collective, where a Python handler would not run until the call returned.
-Before :func:`install`, during start-up, there is nothing to save:
-:func:`quiet_interrupt` makes the first SIGINT end the process the same way.
+During start-up, a Ctrl-C has nothing to save: :func:`quiet_interrupt` makes
+the first SIGINT end the process the same way. SIGTERM and SIGUSR1, though,
+mean the same from the moment ``main`` runs (``install(interrupt=False)``): a
+scheduler that preempts a job still starting must not see ranks die one by
+one, each killing its peers' connections, but a stop at the first safe point,
+after the first update, as later.
 """
 
 from __future__ import annotations
@@ -48,12 +52,13 @@ def quiet_interrupt() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def install(announce: bool = False) -> None:
+def install(announce: bool = False, interrupt: bool = True) -> None:
     """From now on SIGTERM, SIGUSR1 and a first SIGINT ask for a checkpoint and
-    a stop. ``announce``: say so on the console when Ctrl-C arrives (trainer 0)."""
+    a stop. ``announce``: say so on the console when Ctrl-C arrives (trainer 0).
+    ``interrupt=False`` (start-up): SIGINT keeps what :func:`quiet_interrupt` made it."""
     global _announce
     _announce = announce
-    for sig in (signal.SIGTERM, signal.SIGUSR1) + ((signal.SIGINT,) if _sigint_wanted() else ()):
+    for sig in (signal.SIGTERM, signal.SIGUSR1) + ((signal.SIGINT,) if interrupt and _sigint_wanted() else ()):
         signal.signal(sig, _handler)
 
 
