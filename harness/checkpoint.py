@@ -14,6 +14,7 @@ checkpoint is never written from weights that are not finite.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -92,19 +93,49 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     final = root / f"step-{meta['step']:012d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(state, tmp / "state.pt")
-    meta = {**meta, "saved_at": time.time(), "sha256": sha256(tmp / "state.pt")}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    for f in tmp.iterdir():  # durable before it becomes visible
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    free = shutil.disk_usage(root).free  # before: a failed write's file may hold its space until torch lets it go
+    try:
+        tmp.mkdir()
+        torch.save(state, tmp / "state.pt")
+        meta = {**meta, "saved_at": time.time(), "sha256": sha256(tmp / "state.pt")}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        for f in tmp.iterdir():  # durable before it becomes visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError of its stream
+        shutil.rmtree(tmp, ignore_errors=True)  # no partial checkpoint left behind; the earlier ones stay
+        raise write_error(final, state_bytes(state), free, e) from e
     if final.exists():  # the same frame count again (a resumed run's final save)
         shutil.rmtree(final)
     os.rename(tmp, final)
     for old in sorted(root.glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def state_bytes(state: object) -> int:
+    """The bytes of every tensor in ``state``: about what ``torch.save`` writes."""
+    if isinstance(state, torch.Tensor):
+        return state.untyped_storage().nbytes()
+    items = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    return sum(state_bytes(v) for v in items)
+
+
+def write_error(final: Path, needed: int, free: int, cause: BaseException) -> CheckpointError:
+    """Why ``final`` could not be written, in words: a full disk says so (torch.save's
+    own message is ``basic_ios::clear: iostream error``), with what it needed and had."""
+    root = final.parent
+    kept = ", ".join(p.name for p in sorted(root.glob("step-*"))) or "none yet"
+    if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or needed >= free:
+        return CheckpointError(
+            f"checkpoint {final} cannot be written: the disk is full (about {needed:,} bytes needed, "
+            f"{free:,} bytes free in {root}). The partial file was removed and the run's earlier checkpoints are kept ({kept}). "
+            "Free space there, or keep fewer (checkpoint.keep), then resume with the same command"
+        )
+    return CheckpointError(
+        f"checkpoint {final} cannot be written ({type(cause).__name__}: {cause}). The partial file was removed and "
+        f"the run's earlier checkpoints are kept ({kept}). Fix the cause, then resume with the same command"
+    )
 
 
 def verified_meta(path: Path) -> dict:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import rank_pid, rows, run_harness, start_harness, wait_for
+from helpers import rank_pid, rows, run_harness, snapshot, start_harness, wait_for
 
 from harness import checkpoint
 from harness.sync.shm_files import PREFIX
@@ -141,3 +143,38 @@ def test_replay_buffer_travels_in_the_checkpoint_when_asked(workdir):
     out = run_harness([*args[:1], "collector.total_frames=960", *args[2:]], workdir, nproc=1)
     assert out.returncode == 0, out.stderr[-3000:]
     assert int(rows(workdir / "run")[-1]["train/replay_size"]) == 960  # 640 restored + 320 new
+
+
+@pytest.fixture
+def small_disk(workdir):
+    """A real 4 MiB tmpfs at ``workdir/disk``: a filesystem that fills up. Needs root and mount(2)."""
+    disk = workdir / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small tmpfs needs root and mount(2): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_earlier_ones_kept(workdir, small_disk):
+    args = [*TINY, "checkpoint.every_frames=256", "checkpoint.keep=2", f"run_dir={small_disk / 'run'}"]
+    first = run_harness(args, workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = {k: v for k, v in snapshot(small_disk / "run").items() if k.startswith("checkpoints/")}
+    filler = small_disk / "filler"
+    with filler.open("wb") as f:  # leave room for the config and metrics rows, not for a ~130 kB checkpoint
+        f.write(b"\0" * (shutil.disk_usage(small_disk).free - 48 * 1024))
+    full = run_harness([*args, "collector.total_frames=2048"], workdir)
+    text = full.stdout + full.stderr
+    assert full.returncode != 0
+    assert "step-000000001280 cannot be written: the disk is full (about " in text, text[-3000:]
+    assert " bytes needed, " in text and f" bytes free in {small_disk / 'run/checkpoints'})" in text
+    assert "earlier checkpoints are kept (step-000000000768, step-000000001024)" in text
+    assert not list(checkpoint.checkpoint_dir(small_disk / "run").glob(".tmp-*"))
+    assert {k: v for k, v in snapshot(small_disk / "run").items() if k.startswith("checkpoints/")} == kept
+    filler.unlink()  # room again: the same command resumes from the newest kept checkpoint
+    again = run_harness([*args, "collector.total_frames=2048"], workdir)
+    assert again.returncode == 0 and "step-000000001024" in again.stdout + again.stderr, again.stderr[-3000:]
