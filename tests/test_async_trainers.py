@@ -67,6 +67,7 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
     from harness.distributed.setup import init_distributed
     from harness.distributed.topology import Layout
     from harness.roles.collector import run_collector
+    from harness.roles.loops import for_run
     from harness.roles.trainer import Trainer
 
     cfg = compose_config(*overrides)
@@ -89,7 +90,7 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
         return run_collector(cfg, layout, groups)
     trainer = Trainer(cfg, layout, groups, Path(run_dir))
     resumed = trainer.algo.replay_state()
-    trainer.run()
+    trainer.run(for_run(cfg, layout, trainer.offline))
     return {
         "weights": digest(trainer.algo.state_dict()),
         "replay": digest(trainer.algo.replay_state()),

@@ -1,84 +1,99 @@
 """The three loops that drive a trainer, one per kind of run.
 
-Each takes a :class:`~harness.roles.trainer.Trainer` and runs until it is
-``stopping`` (budget spent or preempted); the trainer then publishes the stop.
-Every update goes ``ready`` (its input in hand; several trainers meet here),
-``update``, ``learned``.
+A loop is control flow only: it decides *when* to receive, learn and publish,
+and reaches the trainer through :class:`TrainerSteps` alone. Every update goes
+``ready`` (its input in hand; several trainers meet here), ``update``,
+``learned`` (counted), then maybe ``publish``, then ``end_update`` (the safe
+point: checkpoints, log rows). Each loop runs until ``stopping`` (budget spent,
+or asked to stop); :meth:`~harness.roles.trainer.Trainer.run` then ends the run.
+:func:`for_run` picks the loop from the config.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
-if TYPE_CHECKING:
-    import torch
-    from tensordict import TensorDict
+import torch
+from tensordict import TensorDict
 
-    from harness.roles.sources import BatchSource
-    from harness.roles.trainer import Trainer
+from harness.config import Config
+from harness.distributed.topology import Layout
 
 
-def sync_rounds(trainer: Trainer) -> None:
+class TrainerSteps(Protocol):
+    """What a loop may ask of a trainer (:class:`~harness.roles.trainer.Trainer` is one)."""
+
+    @property
+    def stopping(self) -> bool:
+        """The budget is spent, or a trainer was asked to stop: no update after this one."""
+
+    @property
+    def done(self) -> bool:
+        """The budget is spent."""
+
+    @property
+    def updates(self) -> int:
+        """Updates learned so far (a resumed run's included)."""
+
+    def receive(self) -> list[TensorDict]:
+        """One batch from every collector of this trainer (a sync round)."""
+
+    def receive_fresh(self) -> TensorDict:
+        """The next batch none of whose frames is older than ``collector.max_policy_lag`` versions."""
+
+    def ready(self, batches: list[TensorDict]) -> None:
+        """This update's input is in hand (counted in the statistics); several trainers meet."""
+
+    def update(self, batches: list[TensorDict]) -> Mapping[str, torch.Tensor | float]:
+        """The algorithm learns from ``batches``."""
+
+    def learned(self, frames: int) -> None:
+        """Count an update on ``frames`` new frames (of every trainer)."""
+
+    def publish(self) -> float:
+        """Send the current weights as a new version; returns milliseconds."""
+
+    def evaluations(self, wait: bool) -> None:
+        """Offline: take the collectors' evaluations; with ``wait``, those of the newest version first."""
+
+    def end_update(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
+        """The safe point between updates: checkpoint when due or asked, a log row when due."""
+
+
+def sync_rounds(trainer: TrainerSteps, frames_per_round: int, pipeline: bool) -> None:
     """Rounds: every collector's batch of round r was acted with version r
     (r - 1 when pipelined); the trainer learns once per round."""
-    cfg, progress, source = trainer.cfg.collector, trainer.progress, trainer.connected.batches
-    assert source is not None
-    frames_per_round = cfg.frames_per_batch * max(len(trainer.layout.collector_ranks), 1)
     sync_ms, rounds = 0.0, 0
     while not trainer.stopping:
-        batches = source.receive()
+        batches = trainer.receive()
         rounds += 1
-        if cfg.pipeline and rounds > 1:
+        if pipeline and rounds > 1:
             # Only now that round r is in may version r go out: collectors act on
             # round r + 1 with it while we learn on round r, and no sooner.
             sync_ms = trainer.publish()
-        for batch in batches:
-            trainer.stats.add(batch, progress.version)
         trainer.ready(batches)
-        metrics = trainer.algo.update(batches, progress.frames)
-        progress.version += 1
+        metrics = trainer.update(batches)
         trainer.learned(frames_per_round)
-        if not cfg.pipeline and not trainer.stopping:
+        if not pipeline and not trainer.stopping:
             sync_ms = trainer.publish()
-        trainer.log(metrics, sync_ms)
+        trainer.end_update(metrics, sync_ms)
 
 
-def fresh_batch(trainer: Trainer, source: BatchSource) -> TensorDict:
-    """The next batch from this trainer's collectors with no frame more than
-    ``collector.max_policy_lag`` versions old; older ones are dropped (and
-    counted). With several trainers the version stands still while one waits
-    here (the others wait for it in ``ready``), so a collector's next batch
-    is fresh and no trainer waits long."""
-    progress, max_lag = trainer.progress, trainer.cfg.collector.max_policy_lag
-    while True:
-        batch = source.receive_any()
-        if progress.version - int(batch["rollout", "policy_version"].min()) <= max_lag:
-            trainer.stats.add(batch, progress.version)
-            return batch
-        trainer.stats.add(batch, progress.version, dropped=True)
-
-
-def async_stream(trainer: Trainer) -> None:
-    """Streaming: learn from each batch as it comes, publish every
-    ``sync.publish_every_updates`` updates, drop batches with frames more
-    than ``collector.max_policy_lag`` versions old. With T trainers an update
-    is one fresh batch on each: T times its frames, the same gradient steps
-    on every trainer, and the same version count, which only trainer 0
-    publishes."""
-    progress, source = trainer.progress, trainer.connected.batches
-    assert source is not None
+def async_stream(trainer: TrainerSteps, trainers: int, publish_every: int) -> None:
+    """Streaming: learn from each fresh batch as it comes, publish every
+    ``publish_every`` updates. With T trainers an update is one fresh batch on
+    each: T times its frames, the same gradient steps on every
+    trainer, and the same version count, which only trainer 0 publishes."""
     sync_ms = 0.0
-    metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
-        batch = fresh_batch(trainer, source)
+        batch = trainer.receive_fresh()
         trainer.ready([batch])
-        metrics = trainer.algo.update([batch], progress.frames)
-        trainer.learned(batch["rollout"].numel() * trainer.layout.trainers)
-        if progress.updates % trainer.cfg.sync.publish_every_updates == 0 and not trainer.stopping:
-            progress.version += 1
+        metrics = trainer.update([batch])
+        trainer.learned(batch["rollout"].numel() * trainers)
+        if trainer.updates % publish_every == 0 and not trainer.stopping:
             sync_ms = trainer.publish()
-        trainer.log(metrics, sync_ms)
+        trainer.end_update(metrics, sync_ms)
 
 
 def publish_due(updates: int, every: int, silent_s: float, wait_bound_s: float) -> bool:
@@ -89,31 +104,30 @@ def publish_due(updates: int, every: int, silent_s: float, wait_bound_s: float) 
     return updates % every == 0 or silent_s > wait_bound_s / 2
 
 
-def offline_steps(trainer: Trainer) -> None:
-    """Gradient steps on the dataset; publish every ``sync.publish_every_updates``
-    steps (sooner if steps are slow: :func:`publish_due`) for the collectors to
-    evaluate; log what they report. The last row waits for the final weights'
-    evaluation."""
-    progress, source, cfg = trainer.progress, trainer.connected.evaluations, trainer.cfg
-    assert source is not None
+def offline_steps(trainer: TrainerSteps, publish_every: int, wait_bound_s: float) -> None:
+    """Gradient steps on the dataset; publish every ``publish_every`` steps
+    (sooner if steps are slow: :func:`publish_due`), and the final weights, for
+    the collectors to evaluate; the last row waits for their evaluation."""
     sync_ms, published_at = 0.0, time.monotonic()
-    wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
-    metrics: Mapping[str, torch.Tensor | float] = {}
     while not trainer.stopping:
         trainer.ready([])
-        metrics = trainer.algo.update([], progress.frames)
+        metrics = trainer.update([])
         trainer.learned(0)
         silent_s = time.monotonic() - published_at
-        if publish_due(progress.updates, cfg.sync.publish_every_updates, silent_s, wait_bound_s) or trainer.stopping:
-            progress.version += 1
+        if publish_due(trainer.updates, publish_every, silent_s, wait_bound_s) or trainer.stopping:
             sync_ms, published_at = trainer.publish(), time.monotonic()
-        if trainer.done:
-            source.wait_for(progress.version, cfg.dist_timeout_s)
-        trainer.eval_stats.add(source.take())
-        trainer.log(metrics, sync_ms)
+        trainer.evaluations(wait=trainer.done)
+        trainer.end_update(metrics, sync_ms)
 
 
-def for_run(offline: bool, mode: str) -> Callable[[Trainer], None]:
+def for_run(cfg: Config, layout: Layout, offline: bool) -> Callable[[TrainerSteps], None]:
+    """The loop of a run: offline gradient steps, async streaming or sync rounds,
+    with the settings it needs read here, once."""
+    collectors, trainers = len(layout.collector_ranks), layout.trainers
     if offline:
-        return offline_steps
-    return async_stream if mode == "async" else sync_rounds
+        wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
+        return lambda trainer: offline_steps(trainer, cfg.sync.publish_every_updates, wait_bound_s)
+    if cfg.collector.mode == "async":
+        return lambda trainer: async_stream(trainer, trainers, cfg.sync.publish_every_updates)
+    frames_per_round = cfg.collector.frames_per_batch * max(collectors, 1)
+    return lambda trainer: sync_rounds(trainer, frames_per_round, cfg.collector.pipeline)

@@ -34,12 +34,14 @@ class TrainerState:
         self.algo, self.progress, self.rank = algo, progress, rank
         self.ddp_group, self.keep_replay = ddp_group, keep_replay
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, version: Optional[int] = None) -> dict[str, Any]:
+        """``version``: the one the algorithm's weights carry, if not ``progress.version``."""
         rng = [torch.get_rng_state()]
         if self.ddp_group is not None:
             rng = [torch.empty_like(rng[0]) for _ in range(dist.get_world_size(self.ddp_group))]
             dist.all_gather(rng, torch.get_rng_state(), group=self.ddp_group)
-        state: dict[str, Any] = {"algo": self.algo.state_dict(), "progress": asdict(self.progress), "rng": rng}
+        progress = {**asdict(self.progress), **({} if version is None else {"version": version})}
+        state: dict[str, Any] = {"algo": self.algo.state_dict(), "progress": progress, "rng": rng}
         if self.keep_replay and hasattr(self.algo, "replay_state"):
             state["replay"] = self.gathered(self.algo.replay_state())
         return state

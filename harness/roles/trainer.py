@@ -5,7 +5,9 @@ collectors and their gradients are averaged, so all hold the same weights.
 They keep in step: each update they meet (:meth:`Trainer.ready`) with their
 batches in hand, and all take the same gradient steps. What drives a trainer
 is one of three small loops (:mod:`harness.roles.loops`): sync rounds, async
-streaming, or offline gradient steps. This class holds what they share.
+streaming, or offline gradient steps, chosen by :func:`run_trainer`. This
+class is the :class:`~harness.roles.loops.TrainerSteps` they drive. The
+version of the weights is :meth:`Trainer.publish`'s alone to advance.
 
 A run's clock is its *step*: env frames learned from, or, offline, gradient
 steps. Its budget, log rows and checkpoints are counted in steps.
@@ -37,6 +39,7 @@ from harness.metrics.logger import MetricsLogger
 from harness.metrics.stats import EvalStats, RolloutStats
 from harness.roles import loops
 from harness.roles.evaluator import evaluate_final
+from harness.roles.rows import RowClock
 from harness.roles.sources import connect
 from harness.roles.state import Progress, TrainerState
 from harness.sync import Header
@@ -72,6 +75,7 @@ class Trainer:
         self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
         self.resumed_from = self._resume() if cfg.checkpoint.resume else None
         self.published = -1  # newest version sent
+        self.changed = False  # the weights learned since the last publish: the next one is a new version
         self.saved_at = -1  # step of the newest checkpoint written
         self.connected = connect(cfg, layout, groups, self.algo, self.progress.frames)
         self.publisher = self.connected.publisher
@@ -83,12 +87,12 @@ class Trainer:
             self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit)
         self.stats = RolloutStats()
         self.eval_stats = EvalStats()
-        self.since = (time.monotonic(), self.progress.frames, self.progress.updates)
-        self.next_log = self.step + cfg.logger.log_every_frames
+        self.rows = RowClock(self.step, cfg.logger.log_every_frames, self.progress.frames, self.progress.updates)
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.step // every + 1) * every if every else None
         self.preempted = False
         self.asked = False  # this update: a trainer was asked to stop (signal, or a collector's preempt flag)
+        self.final_row: dict[str, float] | None = None  # the last update's row: run() writes it once the run has ended
         self.last_row: dict[str, float] = {}
 
     @property
@@ -101,7 +105,11 @@ class Trainer:
 
     @property
     def stopping(self) -> bool:
-        return self.done or self.preempted
+        return self.done or self.preempted or self.asked
+
+    @property
+    def updates(self) -> int:
+        return self.progress.updates
 
     def _resume(self) -> Optional[Path]:
         """Every trainer loads the newest valid checkpoint of the run directory."""
@@ -130,7 +138,9 @@ class Trainer:
         """Trainer 0 writes; with several trainers, all take part (RNG states)."""
         self.saved_at = self.step
         self.meet(f"to checkpoint at {self.unit} {self.step}")
-        state = self.state.state_dict()
+        # The version these weights carry: the newest published, or the next if they learned since.
+        version = self.progress.version + self.changed
+        state = self.state.state_dict(version)
         if self.layout.rank != 0:
             return None
         wandb_id = self.run_dir / "wandb_id"
@@ -140,34 +150,70 @@ class Trainer:
             "step": self.step,
             "unit": self.unit,
             **vars(self.progress),
+            "version": version,
             "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None,
         }
         path = checkpoint.save(self.run_dir, state, meta, self.cfg.checkpoint.keep)
         log.info("checkpoint: %s", path)
         return path
 
+    def receive(self) -> list[TensorDict]:
+        assert self.connected.batches is not None  # an online run's
+        return self.connected.batches.receive()
+
+    def receive_fresh(self) -> TensorDict:
+        """The next batch with no frame more than ``collector.max_policy_lag``
+        versions old; older ones are dropped (and counted). With several
+        trainers the version stands still while one waits here (the others
+        wait for it in ``ready``), so a collector's next batch is fresh and no
+        trainer waits long."""
+        assert self.connected.batches is not None  # an online run's
+        while True:
+            batch = self.connected.batches.receive_any()
+            if self.progress.version - int(batch["rollout", "policy_version"].min()) <= self.cfg.collector.max_policy_lag:
+                return batch
+            self.stats.add(batch, self.progress.version, dropped=True)
+
+    def evaluations(self, wait: bool) -> None:
+        assert self.connected.evaluations is not None  # an offline run's
+        if wait:
+            self.connected.evaluations.wait_for(self.progress.version, self.cfg.dist_timeout_s)
+        self.eval_stats.add(self.connected.evaluations.take())
+
     def ready(self, batches: list[TensorDict]) -> None:
-        """This update's input is in hand. With several trainers: wait for the
+        """This update's input is in hand: counted in the statistics (its lag
+        against the newest version). With several trainers: wait for the
         others (a trainer whose collectors are late is named after
         ``dist_timeout_s``) before the update's gradient all-reduces, and agree
         whether any was asked to stop, so that all checkpoint and stop after
         the same update."""
+        for batch in batches:
+            self.stats.add(batch, self.progress.version)
         asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
         if self.ddp_group is not None:
             asked = any_of(asked, self.ddp_group, self.cfg.dist_timeout_s, f"for update {self.progress.updates + 1}")
         self.asked = asked
 
+    def update(self, batches: list[TensorDict]) -> Mapping[str, torch.Tensor | float]:
+        return self.algo.update(batches, self.progress.frames)
+
     def learned(self, frames: int) -> None:
-        """Count an update on ``frames`` new frames (of every trainer); then
-        the safe point between updates: checkpoint when due or when asked to
-        stop (:meth:`ready` found out)."""
+        """Count an update on ``frames`` new frames (of every trainer)."""
         self.progress.frames += frames
         self.progress.updates += 1
+        self.changed = True
         if not self.devices_checked:  # the first update made the optimisers' states and the replay
             self.report_devices("after the first update")
             self.devices_checked = True
         if self.logger is not None:
             self.logger.tick(self.step)
+
+    def end_update(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
+        """The safe point after an update, where every collective between updates runs (with
+        several trainers all reach it after the same update): when a checkpoint is due or a
+        trainer was asked to stop, a meeting and the checkpoint's gather of RNG states (and
+        replays); when a row is due, and after the last update, a meeting and the statistics'
+        all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
         due = self.next_checkpoint is not None and self.step >= self.next_checkpoint
         if self.asked or due:
             self.save_checkpoint()
@@ -178,13 +224,27 @@ class Trainer:
             self.preempted = True
             if self.layout.rank == 0:
                 why = "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
-                log.warning(
-                    "%s at %s %d: checkpoint written. Resume: the same command with run_dir=%s",
-                    why,
-                    self.unit,
-                    self.step,
-                    self.run_dir,
-                )
+                resume = f"Resume: the same command with run_dir={self.run_dir}"
+                log.warning("%s at %s %d: checkpoint written. %s", why, self.unit, self.step, resume)
+        if self.rows.due(self.step) or self.stopping:
+            self.meet(f"to log at {self.unit} {self.step}")
+            stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
+            evals, self.eval_stats = self.eval_stats, EvalStats()
+            row = evals.row(self.normalize) if self.offline else stats.row()
+            row.update(self.rows.rates(self.step, self.progress.frames, self.progress.updates, self.offline))
+            if self.publisher is not None:
+                row["sync/bytes"] = self.publisher.payload_bytes
+            row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, **{"sync/ms": sync_ms})
+            if self.stopping:
+                self.final_row = row
+            else:
+                self.write_row(row)
+
+    def write_row(self, row: dict[str, float]) -> None:
+        """Trainer 0 writes ``row`` with the newest version published and the update count."""
+        if self.logger is not None:
+            self.last_row = {**row, "sync/version": self.progress.version, "train/updates": self.progress.updates}
+            self.logger.log(self.step, self.last_row)
 
     def header(self, stop: bool = False) -> Header:
         """What travels with the current weights: version, frames, the algorithm's values."""
@@ -192,7 +252,12 @@ class Trainer:
         return Header(version, frames, stop, self.algo.values_for_header(frames))
 
     def publish(self, stop: bool = False) -> float:
-        """Send the current weights as ``progress.version``; returns milliseconds."""
+        """Send the current weights as a new version, if they learned since the last publish
+        (a run's first publish sends the version it starts from); a stop is always news to
+        every scheme (shm included), so it always carries a new version. Returns milliseconds."""
+        if self.changed or (stop and self.progress.version == self.published):
+            self.progress.version += 1
+        self.changed = False
         if self.publisher is None:
             return 0.0
         if self.algo.device.type == "cuda":  # the update's queued kernels end outside the timing: sync/ms is the publish's
@@ -202,50 +267,22 @@ class Trainer:
         self.published = self.progress.version
         return 1000 * (time.perf_counter() - started)
 
-    def log(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
-        """A row every ``logger.log_every_frames`` steps and at the end. The
-        algorithm's metrics are read here, once per row, not once per update."""
-        if not (self.step >= self.next_log or self.stopping):
-            return
-        self.meet(f"to log at {self.unit} {self.step}")
-        stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
-        evals, self.eval_stats = self.eval_stats, EvalStats()
-        row = evals.row(self.normalize) if self.offline else stats.row()
-        now = time.monotonic()
-        elapsed = now - self.since[0]
-        if not self.offline:
-            row["collect/frames_per_s"] = (self.progress.frames - self.since[1]) / elapsed
-        row["train/updates_per_s"] = (self.progress.updates - self.since[2]) / elapsed
-        if self.publisher is not None:
-            row["sync/bytes"] = self.publisher.payload_bytes
-        self.next_log = self.step + self.cfg.logger.log_every_frames
-        self.since = (now, self.progress.frames, self.progress.updates)
-        # The final weights' evaluation, after the rates (its time is not training's), beside eval/return (older weights').
-        if self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
-            final = evaluate_final(self.cfg, self.algo, self.header())
-            row["eval/final_return"] = final.return_sum / final.episodes
-        if self.logger is not None:
-            values = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
-            self.last_row = {
-                **row,
-                **values,
-                "sync/ms": sync_ms,
-                "sync/version": self.progress.version,
-                "train/updates": self.progress.updates,
-            }
-            self.logger.log(self.step, self.last_row)
-
-    def run(self) -> dict[str, float]:
-        """Publish version 0, run the mode's loop to the end of the budget (or
-        a preemption), save the final weights, stop every collector."""
+    def run(self, loop: Callable[[Trainer], None]) -> dict[str, float]:
+        """Publish the weights the run starts with, run ``loop`` to the end of the budget (or a
+        preemption); then end the run: save the final weights, evaluate them (an online run's
+        last row scores what it hands over), stop every collector, write the last row."""
         try:
             self.publish()
-            loops.for_run(self.offline, self.cfg.collector.mode)(self)
+            loop(self)
             if self.done and self.saved_at != self.step:
                 self.save_checkpoint()  # the final weights, for evaluation or as a behaviour policy
-            if self.progress.version == self.published:
-                self.progress.version += 1  # the stop must be news to every scheme, shm included
+            final = self.final_row
+            if final is not None and self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
+                result = evaluate_final(self.cfg, self.algo, self.header())  # after the rates: its time is not training's
+                final["eval/final_return"] = result.return_sum / result.episodes  # beside eval/return (older weights')
             self.publish(stop=True)
+            if final is not None:
+                self.write_row(final)
             self.connected.drain()  # batches still in flight, then each collector's goodbye
         finally:
             if self.publisher is not None:
@@ -256,5 +293,6 @@ class Trainer:
 
 
 def run_trainer(cfg: Config, layout: Layout, groups: Optional[Groups], run_dir: Path) -> dict[str, float]:
-    """Train until the budget is spent; returns trainer 0's last metrics row."""
-    return Trainer(cfg, layout, groups, run_dir).run()
+    """Train until the budget is spent, in the loop the run's kind calls for; returns trainer 0's last metrics row."""
+    trainer = Trainer(cfg, layout, groups, run_dir)
+    return trainer.run(loops.for_run(cfg, layout, trainer.offline))
