@@ -62,13 +62,20 @@ class CollectorConfig:
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
     device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
     threads: str = "auto"  # auto: one per collector
-    max_env_restarts: int = 3  # an env that raises is made again, its broken episode dropped, up to this many times per env
+    max_env_restarts: int = 3  # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up to this many times per env
+    check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
+    env_step_timeout_s: float = 60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
 
     def __post_init__(self) -> None:
         check_placement("collector", self.device, self.threads)
         if self.max_env_restarts < 0:
             raise ValueError(
                 f"collector.max_env_restarts must be >= 0 (0: an env error ends the run), got {self.max_env_restarts}"
+            )
+        if self.env_step_timeout_s < 0:
+            raise ValueError(
+                f"collector.env_step_timeout_s={self.env_step_timeout_s}: the seconds an env step may last must be >= 0 "
+                "(0: no bound)"
             )
         if self.mode not in ("sync", "async"):
             raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")

@@ -46,6 +46,7 @@ MAY_CHANGE = (
     "trainer.",
     "collector.threads",
     "collector.device",
+    "collector.env_step_timeout_s",  # how a hang is bounded, not what is learned
     "algo.compile",  # how the step runs, not what it computes
 )
 FIRST = {"algo.name": "algo", "env.id": "env.id", "seed": "seed"}  # named before other differences, in this order

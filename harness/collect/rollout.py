@@ -8,8 +8,8 @@ A batch is one message of the data channel:
   ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
 - ``stats``: episodes finished in this batch with the sum of their returns and
-  lengths; evaluation episodes run since the last batch; envs that raised
-  and were made again (:class:`harness.collect.envs.RestartingEnv`: their
+  lengths; evaluation episodes run since the last batch; envs that failed
+  (raised, or returned an observation that does not fit) and were made again (:class:`harness.collect.envs.RestartingEnv`: their
   broken episode ends as a truncation and is not counted); ``preempt`` (1 when
   the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
   message, which carries no frames).

@@ -27,7 +27,8 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     envs of a job share a seed and the same seed reproduces the same run.
     """
     torch.manual_seed(cfg.seed + rank)
-    envs = make_vec_env(cfg.env.id, cfg.collector.num_envs, cfg.env.max_episode_steps, cfg.collector.max_env_restarts)
+    c = cfg.collector
+    envs = make_vec_env(cfg.env.id, c.num_envs, cfg.env.max_episode_steps, c.max_env_restarts, c.check_obs, c.env_step_timeout_s)
     algo = ALGOS[cfg.algo.name]
     models = algo.make_models(cfg.algo, spec_of(envs))
     subscriber.connect(models, algo.header_values)
