@@ -64,6 +64,7 @@ def worker(opts: dict) -> None:
     from harness.distributed.setup import init_distributed
     from harness.distributed.topology import Layout
     from harness.packing import pack_parameters_
+    from harness.sync import SCHEMES as SCHEMES_BY_NAME
 
     marks = {"imported": time.monotonic_ns()}  # when this rank reached each stage of its start
     torch.set_num_threads(1)
@@ -76,7 +77,7 @@ def worker(opts: dict) -> None:
         )
     layout = Layout.from_env(1)
     marks["config"] = time.monotonic_ns()
-    groups = init_distributed(layout, cfg.dist_timeout_s)
+    groups = init_distributed(layout, cfg.dist_timeout_s, SCHEMES_BY_NAME[cfg.sync.name])
     marks["groups"] = time.monotonic_ns()
     width = max(int((opts["params"] / 50) ** 0.5), 1)
     models = nn.ModuleDict(

@@ -51,6 +51,7 @@ from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.packing import pack_parameters_
+from harness.sync import SCHEMES as SCHEMES_BY_NAME
 from harness.sync import Header, WeightPublisher, futex, make_publisher, make_subscriber, shm_files
 from harness.sync.config import SyncConfig
 
@@ -65,7 +66,7 @@ def make_model(params: int) -> nn.Module:
 
 def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, device: str = "cpu") -> list[float]:
     torch.set_num_threads(1)
-    groups = init_distributed(Layout.from_env(1), 60)
+    groups = init_distributed(Layout.from_env(1), 60, SCHEMES_BY_NAME[scheme])
     model = make_model(params)
     if rank == 0:
         if device.startswith("cuda"):

@@ -33,6 +33,7 @@ from harness.distributed.setup import Groups, init_distributed, resolve_run_dir,
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.trainer import run_trainer
+from harness.sync import SCHEMES
 
 log = logging.getLogger("harness")
 register_configs()
@@ -135,8 +136,9 @@ def main(raw: DictConfig) -> None:
     sweep_defaults(cfg)
     os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
     layout = Layout.from_env(cfg.topology.trainers)
-    nccl = cfg.sync.name == "nccl"
-    placement = place(layout, cfg.trainer.device, cfg.collector.device, cfg.trainer.threads, cfg.collector.threads, nccl)
+    scheme = SCHEMES[cfg.sync.name]
+    threads = (cfg.trainer.threads, cfg.collector.threads)
+    placement = place(layout, cfg.trainer.device, cfg.collector.device, *threads, scheme.gpu_collectors, cfg.sync.name)
     placement.apply()  # before any process group: NCCL binds to the current device
     if layout.is_trainer:
         cfg.trainer.device = placement.device  # resolved (cuda:<i> or cpu): where the algorithm lives
@@ -146,14 +148,9 @@ def main(raw: DictConfig) -> None:
     try:
         groups = None
         if not layout.single_process:
-            # A collector's posted NCCL receive waits from one publish to the next: bound it by the longer timeout.
-            groups = init_distributed(
-                layout,
-                cfg.dist_timeout_s,
-                nccl_sync=nccl,
-                nccl_device=placement.cuda_device,
-                nccl_timeout_s=max(cfg.dist_timeout_s, cfg.sync.timeout_s),
-            )
+            # The scheme's own groups wait as long as the harness's longest wait on the weights.
+            wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
+            groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s)
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
         lock = open_run_dir(cfg, raw, layout, run_dir)

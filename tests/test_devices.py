@@ -18,9 +18,9 @@ from harness.algos.devices import check_devices, misplaced
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
-from harness.distributed.setup import nccl_watchdog_s
 from harness.packing import flat_region, pack, pack_parameters_
 from harness.roles.state import Progress, TrainerState
+from harness.sync.nccl import watchdog_s
 from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
 
 pytestmark = pytest.mark.unit
@@ -329,4 +329,4 @@ def test_pack_keeps_the_leaves_on_their_device_and_refuses_a_mix():
 
 def test_nccls_watchdog_outlasts_the_harness_own_waits_so_their_named_error_comes_first():
     for wait_s in (1.0, 60.0, 600.0):
-        assert nccl_watchdog_s(wait_s) >= 2 * wait_s and nccl_watchdog_s(wait_s) - wait_s >= 60
+        assert watchdog_s(wait_s) >= 2 * wait_s and watchdog_s(wait_s) - wait_s >= 60

@@ -26,7 +26,7 @@ from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.packing import pack_parameters_
 from harness.roles.state import Progress, TrainerState
-from harness.sync import Header, make_publisher, make_subscriber
+from harness.sync import SCHEMES, Header, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import DEVICE_TO_HOST, Payload, weights_of
 from harness.sync.shared_memory import ShmSink
@@ -85,7 +85,7 @@ def test_a_gpu_trainers_shm_segment_is_page_locked_for_cuda():
 
 def publish_from_gpu(rank, world, schemes, versions):
     """Trainer 0's model on its GPU publishes back to back, never waiting; CPU collectors check every update."""
-    groups = init_distributed(Layout.from_env(1), 60)
+    groups = init_distributed(Layout.from_env(1), 60, SCHEMES["hierarchical"])  # the one of these with a group of its own
     if rank == 0:
         torch.cuda.set_device(0)
     seen = {}
@@ -132,7 +132,7 @@ def test_gpu_trainer_to_cpu_collectors_every_update_whole_for_gloo_shm_and_hiera
 
 def nccl_weights(rank, world):
     torch.cuda.set_device(rank)
-    groups = init_distributed(Layout.from_env(1), 60, nccl_sync=True, nccl_device=torch.device("cuda", rank))
+    groups = init_distributed(Layout.from_env(1), 60, SCHEMES["nccl"], torch.device("cuda", rank))
     m = pack_parameters_(model(f"cuda:{rank}"))
     end = (
         make_publisher(SyncConfig(name="nccl", timeout_s=30), rank, groups)

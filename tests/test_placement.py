@@ -31,7 +31,7 @@ def placements(
     collector_device="auto",
     trainer_threads="auto",
     collector_threads="auto",
-    nccl=False,
+    gpu_collectors=False,
     cores=16,
     gpus=0,
 ):
@@ -42,7 +42,8 @@ def placements(
             collector_device,
             trainer_threads,
             collector_threads,
-            nccl,
+            gpu_collectors,
+            "nccl" if gpu_collectors else "gloo",
             cores=cores,
             gpus=gpus,
         )
@@ -73,20 +74,20 @@ def test_gpu_trainer_with_cpu_collectors():
 
 
 def test_nccl_puts_every_rank_on_its_own_gpu_by_local_rank():
-    got = placements(world=8, per_node=4, nccl=True, gpus=4)  # two nodes of 4 GPUs
+    got = placements(world=8, per_node=4, gpu_collectors=True, gpus=4)  # two nodes of 4 GPUs
     assert [p.device for p in got] == [f"cuda:{i}" for i in range(4)] * 2
 
 
 def test_two_ranks_on_one_gpu_with_nccl_fail_naming_the_ranks_and_the_fix():
     with pytest.raises(PlacementError, match=r"ranks \[2\] would share one.*--nproc_per_node.*sync=shm"):
-        placements(world=3, nccl=True, gpus=2)
+        placements(world=3, gpu_collectors=True, gpus=2)
 
 
 def test_cuda_asked_for_without_a_gpu_and_nccl_with_cpu_collectors_are_refused():
     with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
         placements(world=3, trainer_device="cuda", gpus=0)
     with pytest.raises(PlacementError, match="sync=nccl .* collector.device=cpu"):
-        placements(world=3, collector_device="cpu", nccl=True, gpus=4)
+        placements(world=3, collector_device="cpu", gpu_collectors=True, gpus=4)
 
 
 def test_gpu_trainers_of_a_node_take_gpus_in_local_rank_order():
@@ -96,36 +97,44 @@ def test_gpu_trainers_of_a_node_take_gpus_in_local_rank_order():
 
 def test_nccl_with_a_cpu_trainer_is_refused_naming_the_fix():
     with pytest.raises(PlacementError, match=r"sync=nccl .* trainer.device=cpu: use sync=shm or sync=gloo"):
-        placements(world=3, trainer_device="cpu", nccl=True, gpus=4)
+        placements(world=3, trainer_device="cpu", gpu_collectors=True, gpus=4)
 
 
 def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node():
     """Ranks 4..7 of a second node count their GPUs from 0 again: LOCAL_RANK, not the global rank."""
-    got = [place(layout(r, 8, per_node=4), "auto", "auto", "auto", "auto", nccl=True, cores=16, gpus=4) for r in (4, 6)]
+    got = [
+        place(layout(r, 8, per_node=4), "auto", "auto", "auto", "auto", gpu_collectors=True, scheme="nccl", cores=16, gpus=4)
+        for r in (4, 6)
+    ]
     assert [p.device for p in got] == ["cuda:0", "cuda:2"]
     assert got[0].cuda_device is not None and got[0].cuda_device.index == 0
     assert placements(world=2)[1].cuda_device is None  # a CPU rank binds no GPU
 
 
 def test_single_process_debug_run_takes_the_gpu_and_ignores_nccl_rules():
-    got = placements(world=1, nccl=True, gpus=1)
+    got = placements(world=1, gpu_collectors=True, gpus=1)
     assert [p.device for p in got] == ["cuda:0"]
 
 
 def test_a_gpu_trainer_node_with_cpu_collector_nodes_is_a_layout_not_a_mistake():
     """trainer.device=cuda is refused only on a rank that trains: collector nodes need no GPU."""
-    trainer_node = place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=1)
+    trainer_node = place(
+        layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=1
+    )
     collector_node = [
-        place(layout(r, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=0) for r in (2, 3)
+        place(layout(r, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=0)
+        for r in (2, 3)
     ]
     assert trainer_node.device == "cuda:0" and [p.device for p in collector_node] == ["cpu", "cpu"]
     with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
-        place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", nccl=False, cores=16, gpus=0)
+        place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=0)
 
 
 @pytest.mark.parametrize("gpus", [0, 4])
 def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
     """With gloo, shm or hierarchical the weights arrive in CPU memory: a GPU collector would act on the CPU."""
-    with pytest.raises(PlacementError, match=r"only sync=nccl delivers weights to a GPU.*collector.device=auto"):
+    with pytest.raises(
+        PlacementError, match=r"collector.device=cuda, but sync=gloo delivers weights to CPU memory.*collector.device=auto"
+    ):
         placements(world=3, collector_device="cuda", gpus=gpus)
     assert placements(world=1, collector_device="cuda", gpus=1)[0].device == "cuda:0"  # one process: the trainer's device

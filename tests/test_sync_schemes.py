@@ -22,7 +22,7 @@ from torch import nn
 from harness.distributed.setup import init_distributed
 from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
-from harness.sync import Header, SyncError, make_publisher, make_subscriber
+from harness.sync import SCHEMES, Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import Payload
 from harness.sync.shared_memory import Segment
@@ -79,7 +79,7 @@ def expected_digest(version: int, wire_dtype: str = "float32") -> str:
 
 
 def connect(rank, scheme, hidden=32, timeout_s=10.0, wire_dtype="float32"):
-    groups = init_distributed(Layout.from_env(1), timeout_s=20)
+    groups = init_distributed(Layout.from_env(1), timeout_s=20, scheme=SCHEMES[scheme])
     cfg = SyncConfig(name=scheme, timeout_s=timeout_s, wire_dtype=wire_dtype)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     models = make_models(hidden)

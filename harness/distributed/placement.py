@@ -53,10 +53,10 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, nccl: bool, gpus: int) -> bool:
+def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, gpu_collectors: bool, gpus: int) -> bool:
     choice = trainer_device if is_trainer else collector_device
     if choice == AUTO:
-        return gpus > 0 if is_trainer else nccl
+        return gpus > 0 if is_trainer else gpu_collectors
     return choice == "cuda"
 
 
@@ -66,12 +66,15 @@ def place(
     collector_device: str,
     trainer_threads: str,
     collector_threads: str,
-    nccl: bool,
+    gpu_collectors: bool,
+    scheme: str,
     cores: Optional[int] = None,
     gpus: Optional[int] = None,
 ) -> Placement:
     """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``;
-    ``*_threads``: ``auto`` or a count. ``cores``/``gpus`` default to this machine's."""
+    ``*_threads``: ``auto`` or a count. ``gpu_collectors``: the weight sync scheme
+    (``scheme``, for messages) delivers weights to a GPU per collector, so every
+    rank that takes part needs one of its own. ``cores``/``gpus`` default to this machine's."""
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
@@ -79,26 +82,27 @@ def place(
     role, choice = ("trainer", trainer_device) if is_trainer else ("collector", collector_device)
     if choice == "cuda" and gpus == 0:
         raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
-    if collector_device == "cuda" and not nccl and not layout.single_process:
+    if collector_device == "cuda" and not gpu_collectors and not layout.single_process:
         raise PlacementError(
-            "collector.device=cuda, but only sync=nccl delivers weights to a GPU: with the other schemes they arrive "
-            "in CPU memory and the policy acts there, so a GPU would only hold a CUDA context (about 0.5 GB) on every "
-            "collector. Use collector.device=auto (the CPU) or cpu, or sync=nccl for GPU collectors"
+            f"collector.device=cuda, but sync={scheme} delivers weights to CPU memory and the policy acts there, so a "
+            "GPU would only hold a CUDA context (about 0.5 GB) on every collector. Use collector.device=auto (the CPU) "
+            "or cpu, or sync=nccl for GPU collectors"
         )
-    if nccl and not layout.single_process:
+    if gpu_collectors and not layout.single_process:
         for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
             if choice == "cpu":
                 raise PlacementError(
-                    f"sync=nccl moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
+                    f"sync={scheme} moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
                     "for CPU ranks (a GPU trainer stages its weights for CPU collectors)"
                 )
-    cuda_ranks = [r for r in layout.node_ranks if _wants_cuda(r < layout.trainers, trainer_device, collector_device, nccl, gpus)]
+    wants = [_wants_cuda(r < layout.trainers, trainer_device, collector_device, gpu_collectors, gpus) for r in layout.node_ranks]
+    cuda_ranks = [r for r, want in zip(layout.node_ranks, wants) if want]
     device = "cpu"
     if layout.rank in cuda_ranks:
         index = cuda_ranks.index(layout.rank)
-        if nccl and len(cuda_ranks) > gpus:
+        if gpu_collectors and len(cuda_ranks) > gpus:
             raise PlacementError(
-                f"sync=nccl needs one GPU per rank, but node {layout.node_rank} runs {len(cuda_ranks)} GPU ranks "
+                f"sync={scheme} needs one GPU per rank, but node {layout.node_rank} runs {len(cuda_ranks)} GPU ranks "
                 f"({cuda_ranks[0]}..{cuda_ranks[-1]}) on {gpus} GPU{'s' * (gpus != 1)}: ranks {cuda_ranks[gpus:]} would share one. "
                 f"Fix: launch at most {gpus} ranks per node (--nproc_per_node), or keep collectors on the CPU "
                 "with sync=shm or sync=gloo"

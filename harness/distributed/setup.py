@@ -6,14 +6,13 @@ it), so each channel gets a group of its own and collectives never interleave.
 
 from __future__ import annotations
 
-import inspect
 import os
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, Protocol
 
 import torch
 import torch.distributed as dist
@@ -27,12 +26,11 @@ class Groups:
     """One process group per channel, plus where every rank runs."""
 
     sync: dist.ProcessGroup  # trainer 0 + collectors (gloo): weights, and every scheme's handshake
-    leaders: dist.ProcessGroup  # trainer 0 + one collector per other node: sync=hierarchical
     data: dist.ProcessGroup  # every rank: batches, collectors -> trainers
     trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
     nodes: list[int]  # node rank of every global rank
-    sync_nccl: dist.ProcessGroup | None = None  # trainer 0 + collectors on NCCL, for sync=nccl
-    nccl_device: torch.device | None = None  # this rank's GPU, which its NCCL communicator is bound to
+    device: torch.device | None = None  # this rank's GPU, when its placement gave it one
+    scheme_group: dist.ProcessGroup | None = None  # the weight sync scheme's own group, if it makes one
     store: dist.Store | None = None  # the job's store: roll calls that name the ranks a wait waited for
 
     def node_leaders(self, collectors: list[int]) -> list[int]:
@@ -72,88 +70,40 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Stor
     return store
 
 
+class SchemeGroups(Protocol):
+    """What a weight sync scheme adds to the job's groups (every scheme of ``harness.sync`` is one)."""
+
+    def make_groups(self, groups: Groups, layout: Layout, wait_s: float) -> None: ...
+
+
 def init_distributed(
     layout: Layout,
     timeout_s: float,
-    nccl_sync: bool = False,
-    nccl_device: Optional[torch.device | str] = None,
-    nccl_timeout_s: Optional[float] = None,
+    scheme: Optional[SchemeGroups] = None,
+    device: Optional[torch.device | str] = None,
+    wait_s: Optional[float] = None,
 ) -> Groups:
     """Join the job's default group, learn every rank's node, then make one
-    group per channel (every rank creates every group, in the same order).
-
-    ``nccl_sync``: weights travel by NCCL (``sync=nccl``); ``nccl_device``
-    is then this rank's GPU (its placement's), None on a rank outside that
-    group (a second trainer). ``nccl_timeout_s`` is the longest wait the harness
-    bounds itself on that group (default ``timeout_s``); NCCL's watchdog is
-    sized above it (:func:`nccl_watchdog_s`).
+    group per channel (every rank creates every group, in the same order), and
+    the groups ``scheme`` makes for itself. ``device``: this rank's GPU, if its
+    placement gave it one; ``wait_s``: the longest wait the harness bounds itself
+    on the scheme's groups (default ``timeout_s``).
     """
     store = join(layout, timeout_s)
     timeout = timedelta(seconds=timeout_s)
     gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
     dist.all_gather(gathered, torch.tensor([layout.node_rank]))
     nodes = [int(n) for n in gathered]
-    weights = [0, *layout.collector_ranks]
-    sync = dist.new_group(weights, timeout=timeout, backend="gloo")
+    sync = dist.new_group([0, *layout.collector_ranks], timeout=timeout, backend="gloo")
     data = dist.new_group(list(range(layout.world_size)), timeout=timeout, backend="gloo")
     trainers = None
     if layout.trainers > 1:
         trainers = dist.new_group(list(range(layout.trainers)), timeout=timeout, backend="gloo")
-    groups = Groups(sync=sync, leaders=sync, data=data, trainers=trainers, nodes=nodes, store=store)
-    groups.leaders = dist.new_group([0, *groups.node_leaders(layout.collector_ranks)], timeout=timeout, backend="gloo")
-    if nccl_sync:
-        groups.nccl_device = None if nccl_device is None else torch.device(nccl_device)
-        watchdog = timedelta(seconds=nccl_watchdog_s(nccl_timeout_s or timeout_s))
-        groups.sync_nccl = nccl_group(weights, watchdog, groups.nccl_device)
-        if layout.rank in weights:
-            create_communicator(groups.sync_nccl, groups.nccl_device, timeout_s)
+    device = None if device is None else torch.device(device)
+    groups = Groups(sync=sync, data=data, trainers=trainers, nodes=nodes, device=device, store=store)
+    if scheme is not None:
+        scheme.make_groups(groups, layout, wait_s or timeout_s)
     return groups
-
-
-def nccl_watchdog_s(harness_wait_s: float) -> float:
-    """How long NCCL's watchdog lets an operation run before it aborts the process (SIGABRT).
-
-    A collector keeps a receive posted on the weights group from one publish
-    to the next, so a trainer's longest planned silence (a first compiled
-    update, a checkpoint with the replay, the final evaluation) must fit in
-    it. Those gaps are bounded by the harness's own waits (``sync.timeout_s``,
-    ``dist_timeout_s``), which end with an error naming the rank and what it
-    waited for; the watchdog's abort names nothing. Twice the harness's wait
-    and a minute more: the harness's error comes first.
-    """
-    return 2 * harness_wait_s + 60
-
-
-def nccl_group(ranks: list[int], timeout: timedelta, device: Optional[torch.device]) -> dist.ProcessGroup:
-    """An NCCL group whose every operation is bounded by ``timeout``.
-
-    Async error handling stays on (torch's default, set here in case the
-    environment turned it off): NCCL's watchdog aborts an operation that
-    outlives the timeout and ends the process with an error that names the
-    rank, instead of leaving it hung on the GPU. ``device_id`` (where this
-    torch has it) binds the communicator to this rank's GPU.
-    """
-    if os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0") == "0":
-        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3"  # tear the process down on a timeout or error
-    kwargs: dict[str, Any] = {}
-    if device is not None and "device_id" in inspect.signature(dist.new_group).parameters:
-        kwargs["device_id"] = device
-    return dist.new_group(ranks, timeout=timeout, backend="nccl", **kwargs)
-
-
-def create_communicator(group: dist.ProcessGroup, device: Optional[torch.device], timeout_s: float) -> None:
-    """One small all-reduce on ``group``, waited for: its NCCL communicator exists from here on.
-
-    Created lazily, it would be made inside a collector's first posted receive,
-    which (depending on the torch version) can block that rank until every
-    member joins, while trainer 0 waits for the collector in the data
-    channel's handshake: a deadlock. A bad GPU layout also fails here, at start-up.
-    """
-    probe = torch.zeros(1, device=device)
-    work = dist.all_reduce(probe, group=group, async_op=True)
-    assert work is not None  # async_op=True returns the work
-    work.wait(timedelta(seconds=timeout_s))
-    torch.cuda.synchronize(device)
 
 
 def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist.Store:

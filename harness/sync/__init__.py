@@ -5,30 +5,27 @@ that assemble :mod:`harness.sync.endpoints` from transports
 (:mod:`~harness.sync.broadcast`, :mod:`~harness.sync.shared_memory`), which
 are the sinks and sources of :mod:`harness.sync.contract`; what travels is a
 :class:`~harness.sync.payload.Payload`.
-Adding one: a module, a line in ``SCHEMES``, a ``conf/sync/<name>.yaml``.
+Adding one: a module that is a :class:`~harness.sync.contract.Scheme` (what it needs of
+the job: ``gpu_collectors`` and ``make_groups``; its two ends), a line in ``SCHEMES``, a
+``conf/sync/<name>.yaml``. Nothing outside ``harness/sync/`` knows a scheme by its name.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from harness.distributed.handshake import HandshakeError, SchemaMismatchError
 from harness.distributed.setup import Groups
 from harness.sync import gloo, hierarchical, nccl, none, shm
-from harness.sync.contract import Endpoint, Header, SyncError, WeightPublisher, WeightSubscriber
+from harness.sync.contract import Endpoint, Header, Scheme, SyncError, SyncSettings, WeightPublisher, WeightSubscriber
 
-if TYPE_CHECKING:  # harness.sync.config checks names against SCHEMES, so only for type checkers
-    from harness.sync.config import SyncConfig
-
-SCHEMES = {"gloo": gloo, "nccl": nccl, "shm": shm, "hierarchical": hierarchical, "none": none}
+SCHEMES: dict[str, Scheme] = {"gloo": gloo, "nccl": nccl, "shm": shm, "hierarchical": hierarchical, "none": none}
 
 
-def make_publisher(cfg: SyncConfig, rank: int, groups: Groups) -> WeightPublisher:
+def make_publisher(cfg: SyncSettings, rank: int, groups: Groups) -> WeightPublisher:
     """Trainer 0's end of the scheme ``cfg.name``."""
     return SCHEMES[cfg.name].make_publisher(Endpoint(rank, "trainer", cfg.name), cfg, groups)
 
 
-def make_subscriber(cfg: SyncConfig, rank: int, groups: Groups) -> WeightSubscriber:
+def make_subscriber(cfg: SyncSettings, rank: int, groups: Groups) -> WeightSubscriber:
     """A collector's end of the scheme ``cfg.name``."""
     return SCHEMES[cfg.name].make_subscriber(Endpoint(rank, "collector", cfg.name), cfg, groups)
 
@@ -36,6 +33,7 @@ def make_subscriber(cfg: SyncConfig, rank: int, groups: Groups) -> WeightSubscri
 __all__ = [
     "SCHEMES",
     "Endpoint",
+    "Scheme",
     "HandshakeError",
     "Header",
     "SchemaMismatchError",

@@ -28,10 +28,13 @@ import abc
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+import torch
 from tensordict import TensorDictBase
 from torch import nn
 
 from harness.distributed.handshake import SchemaMismatchError
+from harness.distributed.setup import Groups
+from harness.distributed.topology import Layout
 from harness.sync.payload import Header, Payload
 
 PayloadFactory = Callable[[], Payload]  # a fresh payload of the connected layout
@@ -51,6 +54,40 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"rank {self.rank} ({self.role}, sync={self.scheme})"
+
+
+class SyncSettings(Protocol):
+    """What the schemes read of the ``sync`` config section (:class:`harness.sync.config.SyncConfig`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def poll_interval_s(self) -> float: ...
+    @property
+    def torch_wire_dtype(self) -> torch.dtype | None: ...
+
+
+class Scheme(Protocol):
+    """A weight sync scheme: a module of ``harness/sync/`` registered in ``SCHEMES``, which
+    declares what it needs of the job and assembles its two ends."""
+
+    # Collectors act on a GPU each, to which the weights are delivered (placement gives one per rank).
+    gpu_collectors: bool
+
+    def make_groups(self, groups: Groups, layout: Layout, wait_s: float) -> None:
+        """Add the process groups of its own to ``groups`` (``groups.scheme_group``), on every rank,
+        in the same order, right after the job's own groups; ``wait_s`` is the longest wait the
+        harness bounds itself on them. Most schemes need none (:func:`no_groups`)."""
+
+    def make_publisher(self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> WeightPublisher: ...
+
+    def make_subscriber(self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> WeightSubscriber: ...
+
+
+def no_groups(groups: Groups, layout: Layout, wait_s: float) -> None:
+    """A scheme's ``make_groups`` when the job's weights group (``groups.sync``) is all it uses."""
 
 
 @runtime_checkable

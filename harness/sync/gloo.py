@@ -5,22 +5,20 @@ with CPU collectors (the payload is staged in pinned CPU memory)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from harness.distributed.setup import Groups
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.contract import Endpoint
+from harness.sync.contract import Endpoint, SyncSettings, no_groups
 from harness.sync.endpoints import Publisher, Subscriber
 
-if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
-    from harness.sync.config import SyncConfig
+gpu_collectors = False
+make_groups = no_groups
 
 
-def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store)
     return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype)
 
 
-def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     source = BroadcastSource(endpoint, groups.sync, 0, groups.store)
     return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype)

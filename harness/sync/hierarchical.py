@@ -8,33 +8,44 @@ segment for the other collectors of its node.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import timedelta
 
 import torch.distributed as dist
 
 from harness.distributed.setup import Groups
+from harness.distributed.topology import Layout
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
-from harness.sync.contract import Endpoint, Sink
+from harness.sync.contract import Endpoint, Sink, SyncSettings
 from harness.sync.endpoints import Publisher, Subscriber
 from harness.sync.shared_memory import ShmSink, ShmSource
 from harness.sync.shm import exchange_segment_names
 
-if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
-    from harness.sync.config import SyncConfig
+gpu_collectors = False
+
+
+def make_groups(groups: Groups, layout: Layout, wait_s: float) -> None:
+    """The node leaders' Gloo group: trainer 0 and the lowest collector rank of every other node."""
+    leaders = [0, *groups.node_leaders(layout.collector_ranks)]
+    groups.scheme_group = dist.new_group(leaders, timeout=timedelta(seconds=wait_s), backend="gloo")
+
+
+def _leaders(groups: Groups) -> dist.ProcessGroup:
+    assert groups.scheme_group is not None  # make_groups made it
+    return groups.scheme_group
 
 
 def _collectors(groups: Groups) -> list[int]:
     return [r for r in dist.get_process_group_ranks(groups.sync) if r != 0]
 
 
-def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     collectors = _collectors(groups)
     node = groups.nodes[0]
     readers = sum(groups.nodes[c] == node for c in collectors)
     local = ShmSink(node, readers) if readers else None
     sinks: list[Sink] = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
-        sinks.append(BroadcastSink(endpoint, groups.leaders, cfg.timeout_s, groups.store))
+        sinks.append(BroadcastSink(endpoint, _leaders(groups), cfg.timeout_s, groups.store))
     return Publisher(
         endpoint,
         cfg.timeout_s,
@@ -45,7 +56,7 @@ def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publi
     )
 
 
-def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     collectors = _collectors(groups)
     node = groups.nodes[endpoint.rank]
     wire = cfg.torch_wire_dtype
@@ -55,7 +66,7 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subs
         return Subscriber(
             endpoint,
             cfg.timeout_s,
-            BroadcastSource(endpoint, groups.leaders, 0, groups.store),
+            BroadcastSource(endpoint, _leaders(groups), 0, groups.store),
             groups.sync,
             forward=forward,
             wire_dtype=wire,

@@ -4,17 +4,15 @@ trainer never waits for a reader; a reader never sees a torn update."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch.distributed as dist
 
 from harness.distributed.setup import Groups
-from harness.sync.contract import Endpoint, SyncError
+from harness.sync.contract import Endpoint, SyncError, SyncSettings, no_groups
 from harness.sync.endpoints import Publisher, Subscriber
 from harness.sync.shared_memory import ShmSink, ShmSource
 
-if TYPE_CHECKING:  # the config module imports the scheme registry, so only for type checkers
-    from harness.sync.config import SyncConfig
+gpu_collectors = False
+make_groups = no_groups
 
 
 def exchange_segment_names(groups: Groups, node: int, sink: ShmSink | None) -> dict[int, str]:
@@ -40,7 +38,7 @@ def check_one_node(endpoint: Endpoint, groups: Groups) -> None:
         )
 
 
-def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publisher:
+def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     check_one_node(endpoint, groups)
     sink = ShmSink(groups.nodes[0], readers=dist.get_world_size(groups.sync) - 1)
     return Publisher(
@@ -53,7 +51,7 @@ def make_publisher(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Publi
     )
 
 
-def make_subscriber(endpoint: Endpoint, cfg: SyncConfig, groups: Groups) -> Subscriber:
+def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     check_one_node(endpoint, groups)
     source = ShmSource(cfg.poll_interval_s)
     node = groups.nodes[endpoint.rank]
