@@ -36,7 +36,7 @@ from reference_steps import reference_cql, reference_dqn, reference_iql, referen
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.algos import ALGOS, Algorithm
+from harness.algos import Algorithm, algorithm_for
 from harness.algos.devices import check_devices
 from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
@@ -100,7 +100,7 @@ def learner(
 ) -> tuple[Step, Algorithm]:
     """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
     under ``algo.autocast()``); PPO: one minibatch step. And the algorithm, for the device check."""
-    cls = ALGOS[name].for_spec(spec)
+    cls = algorithm_for(name, spec)
     # Any: PPO steps through losses(), the others through learn(), methods of the concrete classes
     algo: Any = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
     if name == "ppo":

@@ -15,7 +15,7 @@ from typing import Any, Optional, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.algos import ALGOS
+from harness.algos import ALGOS, algorithm_for
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id, env_spec
@@ -270,4 +270,4 @@ def check_algo_fits_env(cfg: Config) -> None:
     given an action space it cannot act in (``algo=sac env=cartpole``) is
     refused by its own message now, not on every rank later."""
     spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
-    ALGOS[cfg.algo.name].for_spec(spec).make_policy(cfg.algo, spec)
+    algorithm_for(cfg.algo.name, spec).make_policy(cfg.algo, spec)

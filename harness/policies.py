@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from harness import checkpoint
-from harness.algos import ALGOS
+from harness.algos import ALGOS, algorithm_for
 from harness.algos.base import AlgoConfig, Policy
 from harness.collect.envs import EnvSpec, env_spec
 
@@ -57,7 +57,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     if meta["env"] != env_id:
         raise ValueError(f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match")
     spec = env_spec(env_id)
-    algo = ALGOS[name].for_spec(spec)(algo_cfg, spec, run_cfg.collector.total_frames)
+    algo = algorithm_for(name, spec)(algo_cfg, spec, run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
     policy = algo.acting_policy(algo.published_models())  # behind its observation normaliser, frozen, if it has one
     policy.eval()

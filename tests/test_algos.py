@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from harness.algos import ALGOS
+from harness.algos import ALGOS, algorithm_for
 from harness.algos import critics as critics_module
 from harness.algos.cql import CQL, CQLConfig, DiscreteCQL
 from harness.algos.critics import Critics, soft_update
@@ -26,16 +26,19 @@ PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
 @pytest.mark.unit
 def test_cql_on_a_discrete_env_is_discrete_cql():
-    assert ALGOS["cql"].for_spec(CARTPOLE) is DiscreteCQL
-    assert ALGOS["cql"].for_spec(PENDULUM) is CQL
-    assert ALGOS["sac"].for_spec(PENDULUM) is ALGOS["sac"]  # one form: the class itself
-    algo = ALGOS["cql"].for_spec(CARTPOLE)(CQLConfig(), CARTPOLE, 0)
+    """One resolver, at every call site: the registry name and the env's action space give the class."""
+    assert algorithm_for("cql", CARTPOLE) is DiscreteCQL
+    assert algorithm_for("cql", PENDULUM) is CQL
+    assert algorithm_for("sac", PENDULUM) is ALGOS["sac"]  # one form: the class itself
+    algo = algorithm_for("cql", CARTPOLE)(CQLConfig(), CARTPOLE, 0)
     assert isinstance(algo, DiscreteCQL) and isinstance(algo.published_models()["policy"], QPolicy)
-    # Collectors ask the registry entry for the policy alone.
-    assert isinstance(ALGOS["cql"].make_policy(CQLConfig(), CARTPOLE), QPolicy)
-    assert isinstance(ALGOS["cql"].make_policy(CQLConfig(), PENDULUM), SACPolicy)
+    # What collectors and evaluators build to receive the weights comes from the same class.
+    assert isinstance(algorithm_for("cql", CARTPOLE).make_models(CQLConfig(), CARTPOLE)["policy"], QPolicy)
+    assert isinstance(algorithm_for("cql", PENDULUM).make_models(CQLConfig(), PENDULUM)["policy"], SACPolicy)
     with pytest.raises(ValueError, match="discrete CQL needs discrete actions"):
         DiscreteCQL(CQLConfig(), PENDULUM, 0)
+    with pytest.raises(ValueError, match="continuous CQL needs continuous actions"):
+        CQL(CQLConfig(), CARTPOLE, 0)
 
 
 @pytest.mark.unit
@@ -52,7 +55,7 @@ def test_cql_on_a_discrete_env_is_discrete_cql():
     ],
 )
 def test_checkpointed_state_round_trips(name, spec):
-    cls = ALGOS[name].for_spec(spec)
+    cls = algorithm_for(name, spec)
     torch.manual_seed(0)
     first = cls(cls.Config(), spec, 1000)
     first.gradient_steps = 7
@@ -203,7 +206,7 @@ def test_sac_policy_log_prob_of_a_given_action_is_the_density_it_was_sampled_wit
     [("sac", PENDULUM), ("td3", PENDULUM), ("dqn", CARTPOLE), ("iql", PENDULUM), ("cql", PENDULUM), ("cql", CARTPOLE)],
 )
 def test_metrics_stay_on_the_device_until_a_log_row_reads_them(name, spec):
-    cls = ALGOS[name].for_spec(spec)
+    cls = algorithm_for(name, spec)
     algo = cls(cls.Config(batch_size=8, compile=False), spec, 1000)
     g = torch.Generator().manual_seed(0)
     action = torch.randint(0, 2, (8,), generator=g) if spec.discrete else torch.rand(8, 1, generator=g) * 4 - 2
@@ -235,10 +238,12 @@ def test_compile_wraps_the_loss_methods_it_names():
 def test_compile_by_default_only_where_it_measured_faster():
     """algo.compile=null (the default) compiles continuous CQL only; true and false are obeyed everywhere."""
     cql = ALGOS["cql"]
-    assert not inspect.ismethod(cql.for_spec(PENDULUM)(cql.Config(), PENDULUM, 0).critic_losses)  # continuous: compiled
-    assert inspect.ismethod(cql.for_spec(CARTPOLE)(cql.Config(), CARTPOLE, 0).losses)  # discrete: measured slower compiled
-    assert inspect.ismethod(cql.for_spec(PENDULUM)(cql.Config(compile=False), PENDULUM, 0).critic_losses)
-    assert not inspect.ismethod(cql.for_spec(CARTPOLE)(cql.Config(compile=True), CARTPOLE, 0).losses)
+    assert not inspect.ismethod(algorithm_for("cql", PENDULUM)(cql.Config(), PENDULUM, 0).critic_losses)  # continuous: compiled
+    assert inspect.ismethod(
+        algorithm_for("cql", CARTPOLE)(cql.Config(), CARTPOLE, 0).losses
+    )  # discrete: measured slower compiled
+    assert inspect.ismethod(algorithm_for("cql", PENDULUM)(cql.Config(compile=False), PENDULUM, 0).critic_losses)
+    assert not inspect.ismethod(algorithm_for("cql", CARTPOLE)(cql.Config(compile=True), CARTPOLE, 0).losses)
 
 
 @pytest.mark.unit

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from harness import checkpoint
-from harness.algos import ALGOS
+from harness.algos import ALGOS, algorithm_for
 from harness.algos.devices import check_devices, misplaced
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
@@ -207,7 +207,7 @@ def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
     """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random actions must
     be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just as CUDA does."""
     spec = env_spec(env)
-    cls = ALGOS[name].for_spec(spec)
+    cls = algorithm_for(name, spec)
     policy = cls.make_policy(cls.Config(), spec).to(META)
     for values in ({}, {"random": 1.0, "epsilon": 0.5}):
         assert policy(torch.zeros(4, spec.obs_dim, device=META), values)["action"].device == META
@@ -274,7 +274,7 @@ ON_A_DEVICE = {
 
 def built_on(device, case: str):
     spec, options = ON_A_DEVICE[case]
-    cls = ALGOS[case.split("-")[0]].for_spec(spec)
+    cls = algorithm_for(case.split("-")[0], spec)
     return cls(cls.Config(compile=False, **options), spec, 10_000, device=device), spec
 
 

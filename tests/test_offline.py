@@ -16,7 +16,7 @@ from helpers import run_harness
 from tensordict import TensorDict
 
 from harness import checkpoint
-from harness.algos import offline
+from harness.algos import algorithm_for, offline
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.collect.envs import env_spec
@@ -291,7 +291,7 @@ def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
     [
         (IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
         (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
-        (CQL.for_spec(CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE),
+        (algorithm_for("cql", CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE),
     ],
     ids=["iql", "cql", "cql-discrete"],
 )

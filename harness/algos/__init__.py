@@ -3,22 +3,32 @@
 Adding one: a file with its config dataclass, policy and ``Algorithm``
 subclass; one line in ``ALGOS``; one ``conf/algo/<name>.yaml``.
 
-An entry may have a form per action space (``cql``: ``DiscreteCQL`` for
-discrete actions), so a trainer builds
-``ALGOS[name].for_spec(spec)(cfg, spec, total_frames, ddp_group)``;
-``ALGOS[name].make_policy(cfg, spec)`` already picks the right policy.
+``ALGOS[name]`` holds what every form of an algorithm shares (its ``Config``,
+``offline``, ``data_parallel_trainers``); an entry may have another class for
+discrete actions (``cql``: ``DiscreteCQL``, in ``DISCRETE_FORMS``). Whatever
+builds an algorithm or its models asks :func:`algorithm_for` which class learns
+on the env's action space.
 """
 
 from __future__ import annotations
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy
 from harness.algos.cql import CQL
+from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.dqn import DQN
 from harness.algos.iql import IQL
 from harness.algos.ppo import PPO
 from harness.algos.sac import SAC
 from harness.algos.td3 import TD3
+from harness.collect.envs import EnvSpec
 
 ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "td3": TD3, "dqn": DQN, "iql": IQL, "cql": CQL}
+DISCRETE_FORMS: dict[str, type[Algorithm]] = {"cql": DiscreteCQL}
 
-__all__ = ["ALGOS", "AlgoConfig", "Algorithm", "Policy"]
+
+def algorithm_for(name: str, spec: EnvSpec) -> type[Algorithm]:
+    """The class that learns ``algo=name`` on ``spec``'s action space."""
+    return DISCRETE_FORMS.get(name, ALGOS[name]) if spec.discrete else ALGOS[name]
+
+
+__all__ = ["ALGOS", "DISCRETE_FORMS", "AlgoConfig", "Algorithm", "Policy", "algorithm_for"]

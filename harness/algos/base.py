@@ -156,14 +156,6 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 
-    @classmethod
-    def for_spec(cls, spec: EnvSpec) -> type[Algorithm]:
-        """The class that learns on ``spec``'s action space: this one, unless a
-        registry entry has a form per action space (``algo=cql``: discrete CQL
-        for discrete actions). Build an algorithm with
-        ``ALGOS[name].for_spec(spec)(cfg, spec, total_frames, ddp_group)``."""
-        return cls
-
     def autocast(self) -> ContextManager:
         """Where an update computes its losses: under ``torch.autocast`` to
         ``algo.amp``'s dtype when it is on (matrix products in bfloat16,

@@ -1,6 +1,6 @@
 """Conservative Q-Learning (Kumar et al. 2020), CQL(H) as CORL's ``cql.py``,
 for continuous actions (``algo=cql`` on a discrete action space runs
-harness/algos/cql_discrete.py instead: ``CQL.for_spec`` picks).
+harness/algos/cql_discrete.py instead: ``harness.algos.algorithm_for`` picks).
 
 SAC (tanh-Gaussian actor, twin critics, tuned entropy) whose critics also
 push down a soft maximum of Q over sampled actions (uniform ones, and the
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from harness.algos.base import Algorithm, Policy, Stateful
+from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.conservative import CQLConfig, cql_penalty
 from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.critics import Critics
@@ -37,15 +37,7 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     Config = CQLConfig
     compiled = ("critic_losses",)
     compile_by_default = True  # 0.84x the eager step; its ~30 s of compiling paid back within 1k steps (docs/algorithms.md)
-    policy: SACPolicy  # make_policy's on continuous actions, the only ones a CQL instance has (see __new__)
-
-    # Any: a DiscreteCQL on discrete actions, which is no CQL, so no annotation narrower than Any is true.
-    def __new__(cls, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any) -> Any:
-        # Transitional, for callers that still build ALGOS[name](...) rather than
-        # ALGOS[name].for_spec(spec)(...): CQL(...) on discrete actions is DiscreteCQL(...).
-        if spec.discrete:
-            return DiscreteCQL(cfg, spec, *args, **kwargs)
-        return super().__new__(cls)
+    policy: SACPolicy
 
     def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
@@ -63,12 +55,9 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         self.uniform_log_density = -sum(math.log(high - low) for low, high in zip(spec.action_low, spec.action_high))
 
     @classmethod
-    def for_spec(cls, spec: EnvSpec) -> type[Algorithm]:
-        return DiscreteCQL if spec.discrete else cls
-
-    @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> Policy:
-        return DiscreteCQL.make_policy(cfg, spec) if spec.discrete else SACPolicy(spec, cfg.hidden)
+        require_actions(spec, False, "continuous CQL needs continuous actions; algo=cql on discrete ones is discrete CQL")
+        return SACPolicy(spec, cfg.hidden)
 
     def checkpointed(self) -> dict[str, Stateful]:
         return {

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from harness.algos import ALGOS
+from harness.algos import ALGOS, algorithm_for
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed, video_schedule
 from harness.collect.rollout import RolloutCollector
@@ -29,7 +29,7 @@ def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Rol
     torch.manual_seed(cfg.seed + rank)
     c = cfg.collector
     envs = make_vec_env(cfg.env.id, c.num_envs, cfg.env.max_episode_steps, c.max_env_restarts, c.check_obs, c.env_step_timeout_s)
-    algo = ALGOS[cfg.algo.name]
+    algo = algorithm_for(cfg.algo.name, spec_of(envs))
     models = algo.make_models(cfg.algo, spec_of(envs))
     subscriber.connect(models, algo.header_values)
     seed = cfg.seed + rank * cfg.collector.num_envs

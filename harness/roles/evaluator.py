@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from harness.algos import ALGOS
+from harness.algos import algorithm_for
 from harness.algos.base import Algorithm
 from harness.collect.envs import env_spec
 from harness.collect.evaluate import Evaluation, eval_seed, video_schedule
@@ -36,8 +36,9 @@ def eval_message() -> TensorDict:
 
 def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Evaluation:
     """``eval.episodes`` envs and a policy that ``subscriber`` keeps current."""
-    algo = ALGOS[cfg.algo.name]
-    models = algo.make_models(cfg.algo, env_spec(cfg.env.id, cfg.env.max_episode_steps))
+    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    algo = algorithm_for(cfg.algo.name, spec)
+    models = algo.make_models(cfg.algo, spec)
     subscriber.connect(models, algo.header_values)
     policy = algo.acting_policy(models)
     evaluator = max(rank - cfg.topology.trainers, 0)  # 0: the first collector, or a single process

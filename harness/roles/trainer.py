@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from harness import checkpoint
-from harness.algos import ALGOS, Algorithm
+from harness.algos import Algorithm, algorithm_for
 from harness.algos.devices import check_devices
 from harness.algos.offline import OfflineAlgorithm
 from harness.collect.envs import env_spec
@@ -55,7 +55,7 @@ class Trainer:
         self.ddp_group = groups.trainers if groups is not None else None
         # train.py resolves trainer.device from the placement; a Trainer built elsewhere (a test's) keeps "auto" on the CPU.
         device = "cpu" if cfg.trainer.device == "auto" else cfg.trainer.device
-        self.algo: Algorithm = ALGOS[cfg.algo.name].for_spec(spec)(
+        self.algo: Algorithm = algorithm_for(cfg.algo.name, spec)(
             cfg.algo, spec, cfg.collector.total_frames, self.ddp_group, device=device
         )
         if layout.rank > 0:  # built alike above; from here each trainer draws its own samples and noise
