@@ -40,8 +40,9 @@ from harness.algos import Algorithm, algorithm_for
 from harness.algos.devices import check_devices
 from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
-from harness.collect.envs import EnvSpec, env_spec
+from harness.collect.envs import env_spec
 from harness.data import dataset
+from harness.specs import EnvSpec
 
 Step = Callable[[], object]
 aten = torch.ops.aten

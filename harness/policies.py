@@ -13,7 +13,8 @@ from tensordict import TensorDict
 from harness import checkpoint
 from harness.algos import ALGOS, algorithm_for
 from harness.algos.base import AlgoConfig, Policy
-from harness.collect.envs import EnvSpec, env_spec
+from harness.collect.envs import env_spec
+from harness.specs import EnvSpec
 
 
 class RandomPolicy(Policy):

@@ -1,6 +1,6 @@
 """The import graph of ``harness/``: no cycles, and no import from a lower layer up.
 
-Layers, lowest first: the lower one (packing, checkpoint, metrics,
+Layers, lowest first: the lower one (packing, specs, checkpoint, metrics,
 distributed) imports nothing of the two above it; the middle one (sync, data,
 collect, algos) may import the lower one and itself, without cycles; the
 upper one (config, roles, train and other entry points) may import anything
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "harness"
-LOWER = ("harness.packing", "harness.checkpoint", "harness.metrics", "harness.distributed")
+LOWER = ("harness.packing", "harness.specs", "harness.checkpoint", "harness.metrics", "harness.distributed")
 MIDDLE = ("harness.sync", "harness.data", "harness.collect", "harness.algos")
 LAYER_NAMES = {0: "lower", 1: "middle", 2: "upper"}
 
@@ -185,3 +185,16 @@ def test_ruff_finds_nothing_to_fix(command):
     ruff = Path(sys.executable).parent / "ruff"
     out = subprocess.run([str(ruff), *command, "--no-cache", str(ROOT)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+def test_no_two_packages_import_each_other():
+    """Rooms, not just modules, stay apart: ``algos`` and ``collect`` once did (``EnvSpec`` now lives below both)."""
+
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    between: dict[str, set[str]] = {}
+    for module, edges in import_graph().items():
+        between.setdefault(room(module), set()).update(room(t) for t in edges if room(t) != room(module))
+    both = sorted({tuple(sorted((a, b))) for a, rooms in between.items() for b in rooms if a in between.get(b, set())})
+    assert not both, f"packages that import each other: {both}"

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from harness.collect.envs import EnvSpec
+from harness.specs import EnvSpec
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:

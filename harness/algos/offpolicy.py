@@ -28,7 +28,7 @@ from tensordict import TensorDict
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 from harness.algos.replay import ReplayBuffer
-from harness.collect.envs import EnvSpec
+from harness.specs import EnvSpec
 
 
 @dataclass

@@ -33,7 +33,7 @@ from harness.algos.nets import mlp
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
-from harness.collect.envs import EnvSpec
+from harness.specs import EnvSpec
 
 
 @dataclass

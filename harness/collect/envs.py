@@ -6,7 +6,6 @@ import importlib
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, SupportsFloat
 
 import gymnasium as gym
@@ -14,26 +13,10 @@ import numpy as np
 import torch
 
 from harness.collect.watchdog import StepWatchdog, watchdog
+from harness.specs import EnvSpec
 
 log = logging.getLogger("harness")
 MUJOCO_HINT = "pip install -e '.[mujoco]'  (or: .venv/bin/pip install 'gymnasium[mujoco]')"
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the networks need to know about an env: read from the env itself."""
-
-    obs_shape: tuple[int, ...]
-    discrete: bool
-    action_shape: tuple[int, ...]  # () for discrete
-    num_actions: int  # discrete: number of actions; continuous: action dims
-    action_low: tuple[float, ...] = ()
-    action_high: tuple[float, ...] = ()
-
-    @property
-    def obs_dim(self) -> int:
-        """Observations flattened, as the MLPs take them."""
-        return math.prod(self.obs_shape)
 
 
 def check_env_id(env_id: str) -> None:
