@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from harness import run_directory, run_lock
+from harness.algos import ALGOS
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
@@ -32,6 +33,7 @@ from harness.distributed.placement import describe_all, place
 from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
+from harness.roles.evaluator import run_evaluator
 from harness.roles.trainer import run_trainer
 from harness.sync import SCHEMES
 
@@ -111,17 +113,18 @@ def sweep_defaults(cfg: Config) -> None:
 
 
 def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> None:
-    """This rank's trainer or collector, to its end. On a failure, what the failed
-    call stack holds is freed before ``main`` destroys the process groups: else the
-    last reference to the trainers' group can be DDP's reducer's, whose destructor
-    holds the GIL while it joins gloo's worker thread, which may be waiting for
-    the GIL (the process hangs at exit)."""
+    """This rank's role, to its end: a trainer; else a collector, which in an offline
+    run only evaluates. On a failure, what the failed call stack holds is freed
+    before ``main`` destroys the process groups: else the last reference to the
+    trainers' group can be DDP's reducer's, whose destructor holds the GIL while it
+    joins gloo's worker thread, which may be waiting for the GIL (the process hangs at exit)."""
     try:
         if layout.is_trainer:
             run_trainer(cfg, layout, groups, run_dir)
         else:
             assert groups is not None  # a collector is never the only rank
-            run_collector(cfg, layout, groups)
+            role = run_evaluator if ALGOS[cfg.algo.name].offline else run_collector
+            role(cfg, layout, groups)
     except BaseException as e:
         traceback.clear_frames(e.__traceback__)
         raise

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from harness.algos import ALGOS, algorithm_for
+from harness.algos import algorithm_for
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed, video_schedule
 from harness.collect.rollout import RolloutCollector
@@ -15,7 +15,6 @@ from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
-from harness.roles.evaluator import run_evaluator
 from harness.sync import WeightSubscriber, make_subscriber
 
 
@@ -48,8 +47,6 @@ def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutColl
 
 
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
-    if ALGOS[cfg.algo.name].offline:
-        return run_evaluator(cfg, layout, groups)  # offline: collectors only evaluate
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
