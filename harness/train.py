@@ -17,12 +17,13 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import hydra
 import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness import run_directory, run_lock
 from harness.algos import ALGOS
@@ -38,6 +39,7 @@ from harness.roles.trainer import run_trainer
 from harness.sync import SCHEMES
 
 log = logging.getLogger("harness")
+CONF = Path(__file__).resolve().parents[1] / "conf"  # hydra.main's config_path
 register_configs()
 
 
@@ -112,6 +114,28 @@ def sweep_defaults(cfg: Config) -> None:
     cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.run_name
 
 
+def tuned_settings(raw: DictConfig) -> str | None:
+    """What ``conf/config.yaml``'s ``optional tuned: ${algo}_${env}`` set, said where it applies:
+    the file, and each value it holds (with the one in force where a preset or the command line
+    overrode it), so that no hyper-parameter changes unseen. None where no tuned file matches."""
+    name = HydraConfig.get().runtime.choices.get("tuned")
+    path = CONF / "tuned" / f"{name}.yaml"
+    if not name or not path.exists():
+        return None
+    tuned = OmegaConf.load(path)
+    settings = []
+    for key in sorted(_leaf_keys(tuned)):
+        value, now = OmegaConf.select(tuned, key), OmegaConf.select(raw, key)
+        settings.append(f"{key}={now}" if now == value else f"{key}={now} (tuned: {value}, overridden)")
+    return f"conf/tuned/{name}.yaml (tuned for this algo and env) set: {', '.join(settings)}"
+
+
+def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
+    if not isinstance(node, DictConfig):
+        return [prefix.rstrip(".")]
+    return [k for key, child in node.items_ex(resolve=False) for k in _leaf_keys(child, f"{prefix}{key!s}.")]
+
+
 def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> None:
     """This rank's role, to its end: a trainer; else a collector, which in an offline
     run only evaluates. On a failure, what the failed call stack holds is freed
@@ -161,6 +185,8 @@ def main(raw: DictConfig) -> None:
         if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
             log.info("%s\n%s", layout.describe(), placements)
+            if tuned := tuned_settings(raw):
+                log.info("%s", tuned)
         # From here on a first Ctrl-C, too, means: checkpoint at the next safe point, then exit
         # (SIGTERM and SIGUSR1 meant it from the start). Before, during start-up, it stops the process at once.
         signals.install(announce=layout.rank == 0)
