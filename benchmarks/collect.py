@@ -91,7 +91,7 @@ def bare(env_id: str, frames: int) -> tuple[float, float]:
     return frames / (time.perf_counter() - start), frames / (time.process_time() - cpu)
 
 
-def collector_job(rank: int, world: int, env_id: str, batches: int) -> None | list[tuple[float, float]]:
+def collector_job(rank: int, world: int, env_id: str, batches: int) -> list[tuple[float, float]] | None:
     """Rank 1 runs the bare loop, then a real collector, then the bare loop
     again, in one process: the reference is measured next to the collector.
     Each: (frames per wall-clock second, frames per CPU second of the process)."""
@@ -148,7 +148,8 @@ def end_to_end(collectors: int, frames: int) -> float:
         ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True)
-        rows = list(csv.DictReader(open(f"{tmp}/run/metrics.csv")))
+        with open(f"{tmp}/run/metrics.csv") as f:
+            rows = list(csv.DictReader(f))
         return statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -29,7 +29,8 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/

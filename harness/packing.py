@@ -9,7 +9,8 @@ they exchange anything.
 
 from __future__ import annotations
 
-from typing import Iterator, TypeVar, cast
+from collections.abc import Iterator
+from typing import TypeVar, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase

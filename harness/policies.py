@@ -3,8 +3,9 @@ its run directory (or one of its checkpoints), and uniform random actions."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, cast
+from typing import cast
 
 import torch
 from omegaconf import OmegaConf

@@ -30,8 +30,8 @@ import tarfile
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 

@@ -153,7 +153,7 @@ def test_every_env_config_composes_and_steps(env_file):
     envs = make_vec_env(cfg.env.id, 2)
     obs, _ = envs.reset(seed=0)
     assert obs.shape[0] == 2
-    obs, reward, terminated, truncated, _ = envs.step(envs.action_space.sample())
+    obs, reward, _terminated, _truncated, _ = envs.step(envs.action_space.sample())
     assert obs.shape[0] == 2 and len(reward) == 2
     envs.close()
 

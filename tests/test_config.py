@@ -76,7 +76,7 @@ def test_offline_algorithms_need_a_dataset_and_online_ones_refuse_it(tmp_path):
 
 def test_offline_algorithms_refuse_several_trainers_and_online_ones_take_them_in_both_modes(tmp_path):
     data = tiny_dataset(tmp_path / "ds", "Pendulum-v1")
-    with pytest.raises(ValueError, match="topology.trainers=2: algo=iql learns on one trainer.*Use topology.trainers=1"):
+    with pytest.raises(ValueError, match=r"topology.trainers=2: algo=iql learns on one trainer.*Use topology.trainers=1"):
         compose_config("algo=iql", "env=pendulum", f"dataset={data}", "topology.trainers=2")
     for mode in ("sync", "async"):
         assert compose_config("experiment=sac_pendulum", "topology.trainers=2", f"collector.mode={mode}").topology.trainers == 2

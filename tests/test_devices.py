@@ -161,7 +161,7 @@ def test_amp_is_off_unless_asked_and_names_its_choices():
     sac = ALGOS["sac"]
     assert sac(sac.Config(), PENDULUM, 1000).amp_dtype is None
     assert sac(sac.Config(amp="bf16"), PENDULUM, 1000).amp_dtype == torch.bfloat16
-    with pytest.raises(ValueError, match="algo.amp='fp16': choose off .* or bf16"):
+    with pytest.raises(ValueError, match=r"algo.amp='fp16': choose off .* or bf16"):
         sac.Config(amp="fp16")
 
 

@@ -100,7 +100,7 @@ def test_when_every_checkpoint_is_damaged_the_launch_is_refused_listing_them(wor
 @pytest.mark.unit
 def test_no_checkpoint_is_written_from_weights_that_are_not_finite(tmp_path):
     state = {"algo": {"policy": {"net.0.weight": torch.tensor([1.0, float("nan")])}}}
-    with pytest.raises(checkpoint.CheckpointError, match="at step 7 the training state is not finite.*net.0.weight"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"at step 7 the training state is not finite.*net.0.weight"):
         checkpoint.save(tmp_path, state, {"step": 7}, keep=2)
     assert not list(tmp_path.rglob("state.pt"))
 
@@ -148,7 +148,7 @@ def test_a_dataset_with_a_pickled_field_is_refused_and_its_code_never_runs(tmp_p
     marker = tmp_path / "code-ran"
     dataset_with_a_pickled_field(tmp_path / "ds", marker)
     assert (tmp_path / "ds/data/note").is_dir()  # tensordict really stored the object, pickled
-    with pytest.raises(dataset.DatasetError, match="not a tensor .*never unpickles"):
+    with pytest.raises(dataset.DatasetError, match=r"not a tensor .*never unpickles"):
         dataset.load(tmp_path / "ds", "Pendulum-v1")
     with pytest.raises(RuntimeError, match="Refusing to load pickled"):  # the second line of defence
         dataset.open_storage(tmp_path / "ds")

@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import math
+import re
 import subprocess
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_dataset_for_another_env_is_refused(tmp_path):
     dataset.save(
         tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0)
     )
-    with pytest.raises(dataset.DatasetError, match="collected on Pendulum-v1, but this run is env.id=CartPole-v1"):
+    with pytest.raises(dataset.DatasetError, match=re.escape("collected on Pendulum-v1, but this run is env.id=CartPole-v1")):
         dataset.load(tmp_path / "ds", "CartPole-v1")
     data, _ = dataset.load(tmp_path / "ds")
     with pytest.raises(dataset.DatasetError, match=r"observations \(3,\).*env has observations \(4,\)"):
@@ -72,17 +73,17 @@ def test_dataset_for_another_env_is_refused(tmp_path):
 
 @pytest.mark.unit
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
-    with pytest.raises(dataset.DatasetError, match="does not exist.*python -m harness.write_dataset"):
+    with pytest.raises(dataset.DatasetError, match=r"does not exist.*python -m harness.write_dataset"):
         dataset.load(tmp_path / "nowhere")
     storage = dataset.allocate(tmp_path / "half", random_transitions(1)[0], 10)  # a write that never finished
     assert storage.shape == (10,)
-    with pytest.raises(dataset.DatasetError, match="no meta.json: its write never finished"):
+    with pytest.raises(dataset.DatasetError, match=re.escape("no meta.json: its write never finished")):
         dataset.load(tmp_path / "half")
     dataset.finish(tmp_path / "half", dataset.Meta(env="Pendulum-v1", transitions=11, episodes=0, behaviour_return=0.0))
-    with pytest.raises(dataset.DatasetError, match="meta.json says 11 transitions, data/ holds 10"):
+    with pytest.raises(dataset.DatasetError, match=re.escape("meta.json says 11 transitions, data/ holds 10")):
         dataset.load(tmp_path / "half")
     (tmp_path / "half" / "meta.json").write_text('{"env": "Pendulum-v1", "transiti')  # cut short
-    with pytest.raises(dataset.DatasetError, match="meta.json is damaged.*write the dataset again"):
+    with pytest.raises(dataset.DatasetError, match=r"meta.json is damaged.*write the dataset again"):
         dataset.load(tmp_path / "half")
 
 
@@ -166,7 +167,7 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
     assert bool(data["truncated"][199]) and not bool(data["truncated"][198])
     assert meta.behaviour_return == pytest.approx(np.mean([np.sum(e.rewards) for e in episodes]))
     assert (meta.random_return, meta.expert_return) == (-1200.0, -150.0)
-    with pytest.raises(dataset.DatasetError, match="not on this machine.*minari download pendulum/other-v0"):
+    with pytest.raises(dataset.DatasetError, match=r"not on this machine.*minari download pendulum/other-v0"):
         dataset.load("minari:pendulum/other-v0")
 
 
@@ -207,7 +208,7 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
     assert bool((data["reward"] == -2.0).all())
     assert all(math.isfinite(scaled[f"train/{k}"]) for k in ("q_random", "q_policy", "q1"))
     assert 0 < scaled["train/policy_share"] < 1  # the pi(s), pi(s') samples' share of the soft maximum
-    with pytest.raises(ValueError, match="algo.reward_scale=0 is out of range"):
+    with pytest.raises(ValueError, match=re.escape("algo.reward_scale=0 is out of range")):
         CQLConfig(reward_scale=0.0)
 
 
@@ -245,7 +246,7 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
     for algo in (cql, resumed):
         after = algo.policy.state_dict()
         assert all(torch.equal(after[k], reference[k]) for k in after)
-    with pytest.raises(ValueError, match="algo.bc_steps=-1 is out of range"):
+    with pytest.raises(ValueError, match=re.escape("algo.bc_steps=-1 is out of range")):
         CQLConfig(bc_steps=-1)
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.distributed.placement import PlacementError, place
@@ -84,9 +86,9 @@ def test_two_ranks_on_one_gpu_with_nccl_fail_naming_the_ranks_and_the_fix():
 
 
 def test_cuda_asked_for_without_a_gpu_and_nccl_with_cpu_collectors_are_refused():
-    with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
+    with pytest.raises(PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")):
         placements(world=3, trainer_device="cuda", gpus=0)
-    with pytest.raises(PlacementError, match="sync=nccl .* collector.device=cpu"):
+    with pytest.raises(PlacementError, match=r"sync=nccl .* collector.device=cpu"):
         placements(world=3, collector_device="cpu", gpu_collectors=True, gpus=4)
 
 
@@ -126,7 +128,7 @@ def test_a_gpu_trainer_node_with_cpu_collector_nodes_is_a_layout_not_a_mistake()
         for r in (2, 3)
     ]
     assert trainer_node.device == "cuda:0" and [p.device for p in collector_node] == ["cpu", "cpu"]
-    with pytest.raises(PlacementError, match="trainer.device=cuda but this node has no CUDA device"):
+    with pytest.raises(PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")):
         place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=0)
 
 

@@ -66,7 +66,7 @@ def digest(models) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected_digest(version: int, wire_dtype: str = "float32") -> str:
     models = make_models()
     fill(models, version)
@@ -350,5 +350,5 @@ def test_none_scheme_moves_the_header_but_not_the_weights():
 def test_nccl_without_cuda_fails_at_start_up_suggesting_gloo():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: scripts/gpu_check.sh covers sync=nccl")
-    with pytest.raises(ValueError, match="sync=nccl needs CUDA.*use sync=gloo"):
+    with pytest.raises(ValueError, match=r"sync=nccl needs CUDA.*use sync=gloo"):
         SyncConfig(name="nccl")

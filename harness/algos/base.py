@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, ContextManager, Generic, Mapping, Optional, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Optional, Protocol, TypeVar, cast
 
 import torch
 from omegaconf import MISSING
@@ -156,7 +157,7 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 
-    def autocast(self) -> ContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager:
         """Where an update computes its losses: under ``torch.autocast`` to
         ``algo.amp``'s dtype when it is on (matrix products in bfloat16,
         reductions in float32; backward and optimiser steps leave it: see

@@ -12,7 +12,7 @@ first dimension itself. Targets are updated with one fused ``lerp``.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -11,8 +11,8 @@ tests run it on ``meta``, and ``scripts/gpu_check.sh`` reports what it found.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from itertools import chain
-from typing import Iterator
 
 import torch
 from torch import nn

@@ -11,8 +11,9 @@ every ``target_network_frequency`` gradient steps.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -8,8 +8,9 @@ regression: dataset actions weighted by ``exp(beta * (Q - V))``, clipped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDict

@@ -4,7 +4,7 @@ box, and a learned positive coefficient."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -13,8 +13,9 @@ collectors with the policy as the online algorithms' running statistics do.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from tensordict import TensorDict

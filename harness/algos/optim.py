@@ -8,7 +8,7 @@ against 0.59 ms for the for-each and the per-parameter ones (2026-12-01).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist

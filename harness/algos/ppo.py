@@ -19,8 +19,9 @@ travel with the next version.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, cast
+from typing import Any, Optional, cast
 
 import torch
 from tensordict import TensorDict

@@ -64,7 +64,7 @@ class ReplayBuffer:
     @classmethod
     def from_state(
         cls, state: dict, capacity: int, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
-    ) -> "ReplayBuffer":
+    ) -> ReplayBuffer:
         """A buffer holding ``state`` (``state_dict``'s, from any device), of ``capacity``, on ``device``."""
         stored = TensorDict(state["storage"], batch_size=[state["size"]])
         buffer = cls(capacity, stored[0], memmap_dir, device)

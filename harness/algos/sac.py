@@ -8,8 +8,9 @@ steps) and automatic entropy tuning towards ``-action_dims``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F

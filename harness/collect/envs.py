@@ -6,7 +6,8 @@ import importlib
 import logging
 import math
 import time
-from typing import Any, Callable, SupportsFloat
+from collections.abc import Callable
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np

@@ -17,7 +17,7 @@ A batch is one message of the data channel:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np

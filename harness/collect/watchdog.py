@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 HUNG_EXIT = 70  # EX_SOFTWARE: the collector's own bound ended it, not a signal
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 import torch
 import torch.distributed as dist

@@ -16,10 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 SUBNET = "10.213.0"  # private addresses: inside fresh namespaces nothing else uses them
 PORT = 29400  # the rendezvous port on the first node (a fresh namespace has every port free)

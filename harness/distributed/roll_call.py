@@ -11,7 +11,7 @@ rank and roll call, however long the job runs.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch.distributed as dist
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 
 def first_host(nodelist: str) -> str:
@@ -76,7 +76,7 @@ class Layout:
     local_world_size: int = 1  # ranks on this node
 
     @classmethod
-    def from_env(cls, trainers: int, env: Mapping[str, str] | None = None) -> "Layout":
+    def from_env(cls, trainers: int, env: Mapping[str, str] | None = None) -> Layout:
         """Read torchrun's variables (all absent: a plain ``python`` run)."""
         env = os.environ if env is None else env
         layout = cls(

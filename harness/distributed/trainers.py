@@ -14,8 +14,8 @@ group's timeout (``dist_timeout_s``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Iterable
 
 import torch
 import torch.distributed as dist

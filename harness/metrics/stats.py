@@ -7,8 +7,9 @@ never mixes two intervals: ``stats, trainer.stats = trainer.stats, RolloutStats(
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import astuple, dataclass
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.distributed as dist

@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".part")
     with av.open(str(partial), "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=max(int(round(fps)), 1))
+        stream = container.add_stream("libx264", rate=max(round(fps), 1))
         first = _even(frames[0])
         stream.height, stream.width = first.shape[:2]
         stream.pix_fmt = "yuv420p"

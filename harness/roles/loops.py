@@ -12,7 +12,8 @@ or asked to stop); :meth:`~harness.roles.trainer.Trainer.run` then ends the run.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import torch
 from tensordict import TensorDict

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping, Optional, cast
+from typing import Optional, cast
 
 import torch
 from omegaconf import OmegaConf

@@ -33,10 +33,10 @@ def make_subscriber(cfg: SyncSettings, rank: int, groups: Groups) -> WeightSubsc
 __all__ = [
     "SCHEMES",
     "Endpoint",
-    "Scheme",
     "HandshakeError",
     "Header",
     "SchemaMismatchError",
+    "Scheme",
     "SyncError",
     "WeightPublisher",
     "WeightSubscriber",

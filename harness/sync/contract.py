@@ -25,8 +25,9 @@ scheme's tests prove:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from tensordict import TensorDictBase

@@ -9,7 +9,7 @@ Sinks and sources are :class:`~harness.sync.contract.Sink` and
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist

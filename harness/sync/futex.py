@@ -16,7 +16,7 @@ import errno
 import platform
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 FUTEX_WAIT, FUTEX_WAKE = 0, 1  # not the _PRIVATE forms: the word is shared between processes
 SYSCALL_NUMBERS = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "ppc64le": 221}

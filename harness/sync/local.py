@@ -6,7 +6,7 @@ same contract, so the single-process debugging run exercises the same code.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from torch import nn
 

@@ -6,8 +6,9 @@ else; the :class:`Header` is the small control block that travels in it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence, cast
+from typing import cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -65,7 +66,7 @@ class Payload:
         wire_dtype: torch.dtype | None = None,
         device: torch.device | str = "cpu",
         pin: bool = False,
-    ) -> "Payload":
+    ) -> Payload:
         """A payload for ``models`` (a name to a module, e.g. ``{"policy":
         actor, "obs_norm": normaliser}``: every parameter and buffer of each
         travels). ``wire_dtype`` stores float32 leaves as, say, bfloat16 to
@@ -84,7 +85,7 @@ class Payload:
         packed = td.consolidate(pin_memory=pin) if pin else pack(td)
         return cls(packed, buffer_of(packed), value_names)
 
-    def rebase(self, buffer: torch.Tensor) -> "Payload":
+    def rebase(self, buffer: torch.Tensor) -> Payload:
         """The same layout over another uint8 buffer of the same size (a shared
         memory slot, say): writing there needs no staging copy."""
         if buffer.numel() != self.buffer.numel():
@@ -107,7 +108,7 @@ class Payload:
         bound = weights_of(models)
         self.bound = tuple(bound[k] for k in self.weight_keys)
 
-    def alias(self, other: "Payload") -> None:
+    def alias(self, other: Payload) -> None:
         """Apply ``other`` (same schema) without copying: point the bound
         models' parameters and buffers at its bytes. They read ``other``'s
         memory from now on, so its owner must keep it unchanged meanwhile."""
@@ -116,7 +117,7 @@ class Payload:
         for tensor, view in zip(self.bound, other.weight_views):
             tensor.data = view
 
-    def copy_from(self, other: "Payload") -> None:
+    def copy_from(self, other: Payload) -> None:
         """Apply a received payload: one flat copy, or per leaf with a cast
         when the wire dtype differs from the live one."""
         if other.buffer.numel() == self.buffer.numel() and other.schema == self.schema:

@@ -99,7 +99,7 @@ class Segment:
         return cls.control_bytes(slots) + slots * (-(-slot_bytes // 64) * 64)
 
     @classmethod
-    def create(cls, slot_bytes: int, slots: int, node: int) -> "Segment":
+    def create(cls, slot_bytes: int, slots: int, node: int) -> Segment:
         remove_stale_segments()
         name, size = new_name(node), cls.size_for(slot_bytes, slots)
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)  # mode 0600
@@ -118,7 +118,7 @@ class Segment:
         return segment
 
     @classmethod
-    def attach(cls, name: str, slot_bytes: int) -> "Segment":
+    def attach(cls, name: str, slot_bytes: int) -> Segment:
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except FileNotFoundError as e:
