@@ -8,7 +8,7 @@
 3. ``benchmarks/update.py`` on CUDA (eager, compiled, amp) for every algorithm, the CPU's beside it;
 4. ``benchmarks/weight_sync.py`` with a CUDA publisher: a 10M-parameter policy to CPU collectors
    against a plain device-to-host copy of the same bytes;
-0. first, the GPU test tier (tests/test_gpu.py).
+0. first, the GPU test tier (tests/devices/test_gpu.py).
 
 Prints one table, writes ``gpu_check.json``, ``gpu_check.md`` and ``logs.tar.gz`` (every
 step's output and the runs' metrics) into ``--out``. Each step has a time budget; together
@@ -105,10 +105,10 @@ class Check:
 
 
 def tests(c: Check) -> None:
-    cmd = [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider", "-rs"]
+    cmd = [sys.executable, "-m", "pytest", "tests/devices/test_gpu.py", "-q", "-p", "no:cacheprovider", "-rs"]
     status, seconds, out = c.run("tests", cmd, BUDGET_S["tests"])
     summary = [line.strip("= ") for line in out.splitlines() if re.search(r"\d+ (passed|skipped|failed|errors?)\b", line)]
-    c.add("0", "GPU test tier (tests/test_gpu.py)", status, seconds, summary[-1] if summary else out.strip()[-200:])
+    c.add("0", "GPU test tier (tests/devices/test_gpu.py)", status, seconds, summary[-1] if summary else out.strip()[-200:])
 
 
 def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, budget_s: float) -> None:

@@ -54,7 +54,7 @@ def test_every_config_in_a_group_composes(group, tmp_path):
     assert names, f"conf/{group}/ is empty"
     for name in names:
         if name == "nccl" and not torch.cuda.is_available():
-            continue  # refused without CUDA, by design (tests/test_sync_schemes.py)
+            continue  # refused without CUDA, by design (tests/sync/test_sync_schemes.py)
         overrides = [f"{group}={name}"] + (["env=pendulum"] if group == "algo" and name in ("sac", "td3") else [])
         raw = OmegaConf.load(CONF / group / f"{name}.yaml")
         if name in ("iql", "cql") or raw.get("dataset"):  # offline: compose with a dataset for its env

@@ -1,6 +1,6 @@
 """Device decisions that need no GPU: how weights leave a trainer, how batches
 reach it, checkpoints across devices, and mixed precision. (What only a GPU
-can show is in tests/test_gpu.py.)"""
+can show is in tests/devices/test_gpu.py.)"""
 
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_
 # ``check_devices`` reads where every tensor is. What meta cannot run, and how that path is covered:
 # fused Adam has no meta kernel (``optim.adam`` takes the plain one there; fused Adam runs in every CPU
 # test), nor does the foreach gradient-norm clip (PPO uses the per-tensor one there), nor autocast
-# (``algo.amp`` is measured by tests/test_gpu.py and the GPU check), nor torch.compile (compile=False here).
+# (``algo.amp`` is measured by tests/devices/test_gpu.py and the GPU check), nor torch.compile (compile=False here).
 def frames_for(spec, n: int = 64) -> list[TensorDict]:
     """One collector's batch of ``n`` random transitions (``spec``'s shapes), as ``update`` takes it."""
     if not spec.discrete:

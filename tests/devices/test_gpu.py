@@ -1,6 +1,6 @@
 """The GPU tier: what only a GPU can show. Skipped, saying why, without one;
 scripts/gpu_check.sh runs it first on a GPU machine. (The decisions behind
-these paths are tested on the CPU in tests/test_devices.py.)"""
+these paths are tested on the CPU in tests/devices/test_devices.py.)"""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_a_checkpoint_moves_from_cpu_to_gpu_and_back(tmp_path):
 
 @pytest.mark.parametrize("case", list(ON_A_DEVICE))
 def test_every_algorithm_updates_with_all_its_state_on_the_gpu(case):
-    """The device tier of tests/test_devices.py on CUDA, fused kernels and all: nothing stays on the CPU."""
+    """The device tier of tests/devices/test_devices.py on CUDA, fused kernels and all: nothing stays on the CPU."""
     algo, spec = built_on("cuda", case)
     update_once(algo, spec)
     assert check_devices(algo).endswith("on cuda:0")
