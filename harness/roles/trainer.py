@@ -235,7 +235,8 @@ class Trainer:
             row.update(self.rows.rates(self.step, self.progress.frames, self.progress.updates, self.offline))
             if self.publisher is not None:
                 row["sync/bytes"] = self.publisher.payload_bytes
-            row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}, **{"sync/ms": sync_ms})
+            row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()})
+            row["sync/ms"] = sync_ms
             if self.stopping:
                 self.final_row = row
             else:
