@@ -15,7 +15,7 @@ in the way ``FLAKY_MODE`` says:
 from __future__ import annotations
 
 import os
-import time
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -41,7 +41,7 @@ class FlakyCartPole(CartPoleEnv):
             elif mode == "shape":
                 obs = np.zeros(5, dtype=np.float32)
             elif mode == "hang":
-                time.sleep(24 * 3600)
+                threading.Event().wait()  # a step that never returns
             else:
                 raise RuntimeError(f"simulated crash at step {self.episode_steps} of an episode")
         return obs, reward, terminated, truncated, info

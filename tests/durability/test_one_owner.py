@@ -54,7 +54,7 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
     assert frames == list(range(256, 8193, 256))  # every frame range once: one launch wrote them
 
 
-HOLD = "import sys, time; from pathlib import Path; from harness.run_lock import take; take(Path(sys.argv[1])); time.sleep(600)"
+HOLD = "import signal, sys; from pathlib import Path; from harness.run_lock import take; take(Path(sys.argv[1])); signal.pause()"
 
 
 @pytest.mark.multiprocess
