@@ -232,7 +232,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, algo in ALGOS.items():
-        cs.store(group="algo", name=f"{name}_schema", node=algo.Config)
+        cs.store(group="schema/algo", name=name, node=algo.Config)  # out of algo/: not a choice of its own
 
 
 def _keys(node: Any, prefix: str = "") -> set[str]:

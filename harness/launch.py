@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 INTERRUPTED = 128 + signal.SIGINT  # the shell's convention for "ended by Ctrl-C"
+WORKER_EXITS = "torch.distributed.elastic.multiprocessing"  # the agent's loggers of its workers' exits
 _presses: list[int] = []
 
 
@@ -73,25 +74,83 @@ def torchrun_arguments(argv: list[str]) -> list[str]:
     return ["--signals-to-handle=SIGTERM,SIGHUP,SIGQUIT", *argv]
 
 
+class HeldWorkerExits(logging.Filter):
+    """What torchrun's agent says of its workers' exits, held until the job has ended. After a
+    mistake in the command (every rank exits with status 2; rank 0 has said what it was) it is noise
+    that lists the healthy ranks as failed ones; after any other failure it is shown, as torchrun would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+        self.handlers: list[logging.Handler] = []
+        logger: logging.Logger | None = logging.getLogger(WORKER_EXITS)
+        while logger is not None:  # the handlers its records reach
+            self.handlers += logger.handlers
+            logger = logger.parent if logger.propagate else None
+        for handler in self.handlers:
+            handler.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(WORKER_EXITS):
+            self.held.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        for handler in self.handlers:
+            handler.removeFilter(self)
+        for record in self.held:
+            logging.getLogger(record.name).handle(record)
+
+
+def single_process(argv: list[str]) -> list[str] | None:
+    """``python -m <module> <its arguments>`` where torchrun would start a harness entry point only to
+    print (``--help``, ``--cfg job``): once, at once. None: launch the job."""
+    from torch.distributed.run import get_args_parser
+
+    from harness.cli import HELP_FLAGS, PRINTING_FLAGS
+
+    args = get_args_parser().parse_args(argv)
+    printing = any(a in HELP_FLAGS + PRINTING_FLAGS for a in args.training_script_args)
+    if args.module and args.training_script.startswith("harness.") and printing:
+        return [sys.executable, "-m", args.training_script, *args.training_script_args]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if (command := single_process(argv)) is not None:
+        os.execv(command[0], command)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
+
+    from harness.cli import USAGE_ERROR
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_sigint)
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
+    held = HeldWorkerExits()
     try:
-        torchrun(torchrun_arguments(sys.argv[1:] if argv is None else argv))
+        torchrun(torchrun_arguments(argv))
     except SignalException as e:
         # A scheduler's stop (SIGTERM on preemption): the agent passed it on to the workers, which
         # checkpoint at their next safe point and say so, then raises it here. It is not a failure
         # to report with a traceback; the status says which signal ended the job.
         return 128 + int(e.sigval)
-    except Exception:
+    except ChildFailedError as e:
         if _presses:  # workers stopped by Ctrl-C during start-up: the agent calls that a failure
             return INTERRUPTED
+        if any(failure.exitcode == USAGE_ERROR for failure in e.failures.values()):
+            return USAGE_ERROR  # a mistake in the command, which rank 0 has said
+        held.release()
         raise
+    except Exception:
+        if _presses:
+            return INTERRUPTED
+        held.release()
+        raise
+    held.release()
     return INTERRUPTED if _presses else 0
 
 

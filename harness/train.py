@@ -25,12 +25,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness import run_directory, run_lock
+from harness import cli, run_directory, run_lock
 from harness.algos import ALGOS
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
-from harness.distributed.placement import describe_all, place
+from harness.distributed.placement import check_devices, describe_all, place
 from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
@@ -156,16 +156,20 @@ def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
-    signals.quiet_interrupt()  # Ctrl-C during start-up: stop at once, no traceback
+    # Ctrl-C during start-up stops at once, without a traceback (harness/__init__.py: before torch is imported).
     signals.install(interrupt=False)  # a scheduler's SIGTERM during start-up: stop at the first safe point, as later
-    cfg = load(raw)  # every value checked before any process group exists
-    check_dataset(cfg)
-    sweep_defaults(cfg)
-    os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
-    layout = Layout.from_env(cfg.topology.trainers)
-    scheme = SCHEMES[cfg.sync.name]
-    threads = (cfg.trainer.threads, cfg.collector.threads)
-    placement = place(layout, cfg.trainer.device, cfg.collector.device, *threads, scheme.gpu_collectors, cfg.sync.name)
+    with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
+        cfg = load(raw)  # every value checked before any process group exists
+        check_dataset(cfg)
+        sweep_defaults(cfg)
+        os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
+        layout = Layout.from_env(cfg.topology.trainers)
+        scheme = SCHEMES[cfg.sync.name]
+        check_devices(cfg.trainer.device, cfg.collector.device, scheme.gpu_collectors, cfg.sync.name, layout.single_process)
+    # Each rank checks its own role's device: the first rank of that role on the node says what is wrong.
+    with cli.user_errors(speaker=layout.rank == layout.first_of_role_on_node):
+        threads = (cfg.trainer.threads, cfg.collector.threads)
+        placement = place(layout, cfg.trainer.device, cfg.collector.device, *threads, scheme.gpu_collectors, cfg.sync.name)
     placement.apply()  # before any process group: NCCL binds to the current device
     if layout.is_trainer:
         cfg.trainer.device = placement.device  # resolved (cuda:<i> or cpu): where the algorithm lives
@@ -180,7 +184,8 @@ def main(raw: DictConfig) -> None:
             groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s)
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
-        lock = open_run_dir(cfg, raw, layout, run_dir)
+        with cli.user_errors():  # a run directory that is not this run's: refused on every rank, said by rank 0
+            lock = open_run_dir(cfg, raw, layout, run_dir)
         placements = describe_all(placement, not layout.single_process)  # also: no rank reads run_dir before prepare
         if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
@@ -201,5 +206,15 @@ def main(raw: DictConfig) -> None:
         sys.exit(128 + 2)
 
 
+HELP = """\
+Train a policy: trainer ranks learn, collector ranks step the envs; Hydra composes the config.
+
+  scripts/train.sh [overrides]                       NPROC=3 ranks (1 trainer + 2 collectors); NPROC=1: one process
+  scripts/train.sh -m seed=1,2,3 [overrides]         a sweep: one run after another, each in its own directory
+  scripts/train.sh experiment=sac_pendulum --help    the settings that command would run with
+
+An override is group=option (a file of conf/<group>/) or key=value (a setting below).
+--hydra-help lists Hydra's own flags; --cfg job prints the composed config."""
+
 if __name__ == "__main__":
-    main()
+    cli.run(main, "config", HELP)

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness import cli
 from harness.algos.base import Policy
 from harness.collect.envs import env_spec, make_vec_env
 from harness.collect.evaluate import eval_seed, evaluate
@@ -60,7 +61,7 @@ class DatasetConfig:
     num_envs: int = 4  # envs per rank
     mix: list[str] = field(default_factory=list)  # instead of collecting: concatenate these datasets into out
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
-    seed: int = 1
+    seed: int = 1  # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with seed + r
     dist_timeout_s: float = 300.0  # bounds every collective (the slowest rank's collection included)
 
     def __post_init__(self) -> None:
@@ -162,13 +163,14 @@ ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
 
 @hydra.main(version_base=None, config_path="../conf", config_name="write_dataset")
 def main(raw: DictConfig) -> None:
-    cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
-    if cfg.mix:
-        meta = dataset.concatenate(cfg.mix, cfg.out)
-        log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
-        return
-    dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
-    layout = Layout.from_env(trainers=1)
+    with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
+        cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
+        if cfg.mix:
+            meta = dataset.concatenate(cfg.mix, cfg.out)
+            log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
+            return
+        dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
+        layout = Layout.from_env(trainers=1)
     try:
         if not layout.single_process:
             join(layout, cfg.dist_timeout_s, role="dataset writer")
@@ -177,5 +179,12 @@ def main(raw: DictConfig) -> None:
         shutdown_distributed()
 
 
+HELP = """\
+Write an offline dataset: every rank rolls out the behaviour policy (or random actions) into one dataset.
+
+  python -m harness.write_dataset env=pendulum out=datasets/pendulum-random frames=50000
+  torchrun --nproc_per_node=2 -m harness.write_dataset env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
+  python -m harness.write_dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
+
 if __name__ == "__main__":
-    main()
+    cli.run(main, "write_dataset", HELP)

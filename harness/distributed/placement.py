@@ -60,6 +60,25 @@ def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, gp
     return choice == "cuda"
 
 
+def check_devices(trainer_device: str, collector_device: str, gpu_collectors: bool, scheme: str, single_process: bool) -> None:
+    """The device choices that cannot work together, whichever node a rank is on (every rank finds the same)."""
+    if single_process:
+        return
+    if collector_device == "cuda" and not gpu_collectors:
+        raise PlacementError(
+            f"collector.device=cuda, but sync={scheme} delivers weights to CPU memory and the policy acts there, so a "
+            "GPU would only hold a CUDA context (about 0.5 GB) on every collector. Use collector.device=auto (the CPU) "
+            "or cpu, or sync=nccl for GPU collectors"
+        )
+    if gpu_collectors:
+        for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
+            if choice == "cpu":
+                raise PlacementError(
+                    f"sync={scheme} moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
+                    "for CPU ranks (a GPU trainer stages its weights for CPU collectors)"
+                )
+
+
 def place(
     layout: Layout,
     trainer_device: str,
@@ -78,23 +97,11 @@ def place(
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
+    check_devices(trainer_device, collector_device, gpu_collectors, scheme, layout.single_process)
     # This rank's own role only: a job of GPU trainer nodes and CPU collector nodes is a layout, not a mistake.
     role, choice = ("trainer", trainer_device) if is_trainer else ("collector", collector_device)
     if choice == "cuda" and gpus == 0:
         raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
-    if collector_device == "cuda" and not gpu_collectors and not layout.single_process:
-        raise PlacementError(
-            f"collector.device=cuda, but sync={scheme} delivers weights to CPU memory and the policy acts there, so a "
-            "GPU would only hold a CUDA context (about 0.5 GB) on every collector. Use collector.device=auto (the CPU) "
-            "or cpu, or sync=nccl for GPU collectors"
-        )
-    if gpu_collectors and not layout.single_process:
-        for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
-            if choice == "cpu":
-                raise PlacementError(
-                    f"sync={scheme} moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
-                    "for CPU ranks (a GPU trainer stages its weights for CPU collectors)"
-                )
     wants = [_wants_cuda(r < layout.trainers, trainer_device, collector_device, gpu_collectors, gpus) for r in layout.node_ranks]
     cuda_ranks = [r for r, want in zip(layout.node_ranks, wants) if want]
     device = "cpu"

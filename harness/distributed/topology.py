@@ -141,6 +141,11 @@ class Layout:
         first = self.rank - self.local_rank
         return range(first, first + self.local_world_size)
 
+    @property
+    def first_of_role_on_node(self) -> int:
+        """The lowest rank on this node with this rank's role (who speaks for a check only that role makes)."""
+        return min(r for r in self.node_ranks if (r < self.trainers) == self.is_trainer)
+
     def trainer_of(self, collector_rank: int) -> int:
         return (collector_rank - self.trainers) % self.trainers
 

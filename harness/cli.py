@@ -1,0 +1,113 @@
+"""The front door of the Hydra entry points: one voice per mistake, help that explains every setting.
+
+All ranks of a job compose the same config from the same command line, so a
+mistake in it is met by every rank at once. Rank 0 alone says it, in one
+message without a traceback, and every rank exits with status 2 (a usage
+error, as argparse's), which ``harness.launch`` reads to end the job without
+torchrun's report of "failed" ranks. A failure that is not the command's (a
+bug, a peer that died) keeps its traceback. ``HYDRA_FULL_ERROR=1`` shows a
+mistake's traceback too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import open_dict, read_write
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+
+from harness.config_help import CONF, help_text, unknown_option, unknown_setting
+
+USAGE_ERROR = 2
+HELP_FLAGS = ("--help", "-h")
+# Hydra's flags that print something and exit: rank 0 prints it, every other rank leaves at once.
+PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
+
+
+# HYDRA_FULL_ERROR=1 as the user set it (run() sets it for Hydra): a mistake's traceback is shown too.
+_tracebacks = False
+
+
+def speaks() -> bool:
+    """Rank 0 of a job (torchrun's ``RANK``, srun's ``SLURM_PROCID``), or a process on its own."""
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+def refuse(e: BaseException, speaker: bool | None = None) -> NoReturn:
+    """A mistake: said once, without a traceback (by rank 0, unless ``speaker`` says whether this
+    rank is the one to say it); every rank exits with status 2."""
+    if speaks() if speaker is None else speaker:
+        print(f"error: {explain(e)}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_ERROR)
+
+
+@contextmanager
+def user_errors(speaker: bool | None = None) -> Iterator[None]:
+    """Start-up: a bad value, layout or run directory found here is the command's mistake, not a bug.
+    It exits from inside the job, before Hydra would report a failed job. ``speaker``: for a check that
+    only some ranks make (a collector's device), whether this rank is the one of them to say it."""
+    try:
+        yield
+    except (ValueError, OmegaConfBaseException) as e:
+        if _tracebacks:
+            raise
+        refuse(e, speaker)
+
+
+def explain(e: BaseException) -> str:
+    """One message for a mistake, whichever of Hydra, OmegaConf or the harness found it."""
+    cause = e.__cause__
+    if isinstance(e, MissingConfigException) and (found := re.search(r"Could not find '([^/']+)/([^']+)'", str(e))):
+        return unknown_option(found[1], found[2])
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+        return unknown_setting(cause.full_key, cause.object_type)
+    if (unknown := re.match(r"Could not override '([^'.]+)'", str(e))) is not None:  # algoo=ppo: not a group or key
+        from harness.config import Config  # here: harness.launch imports this module, and needs no algorithm
+
+        return unknown_setting(unknown[1], Config)
+    if isinstance(cause, OmegaConfBaseException):  # seed=abc: "Error merging override seed=abc"
+        return f"{e}: {str(cause).splitlines()[0]}"
+    if isinstance(e, MissingMandatoryValue):
+        return f"{e.full_key} has no default: add {e.full_key}=<value> (--help says what it is)"
+    if isinstance(e, OmegaConfBaseException):
+        return str(e).splitlines()[0]  # the rest names the key and its type again
+    return str(e)
+
+
+def print_help(config_name: str, usage: str, argv: list[str]) -> None:
+    """``--help``: the settings of the composition that the rest of the command line asks for."""
+    overrides = [a for a in argv if not a.startswith("-")]
+    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    print(help_text(cfg, choices, usage))
+
+
+def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
+    """Run a ``hydra.main`` function as the front door of a job's ranks: ``--help``
+    and Hydra's printing flags from one rank; a mistake said once, exit status 2."""
+    global _tracebacks
+    argv = sys.argv[1:]
+    _tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what it finds in the command instead of printing it
+    try:
+        if any(a in HELP_FLAGS for a in argv):
+            if speaks():
+                print_help(config_name, usage, argv)
+            return
+        if not speaks() and any(a in PRINTING_FLAGS for a in argv):
+            return
+        main()
+    except HydraException as e:  # composing the config: an unknown key or option, a value of the wrong type
+        if _tracebacks:
+            raise
+        refuse(e)
