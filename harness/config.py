@@ -9,6 +9,7 @@ type-checks every override while composing, and ``load`` runs the
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
@@ -19,6 +20,7 @@ from harness.algos import ALGOS, algorithm_for
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id, env_spec
+from harness.distributed.launch_stamp import launch_stamp
 from harness.metrics.video import check_video_support
 from harness.sync.config import SyncConfig
 
@@ -228,7 +230,19 @@ class Config:
         return f"{self.algo.name}-{self.env.id}"
 
 
+def rank0_level() -> str:
+    """The level of Hydra's own log lines ("Launching 2 jobs locally", "#1 : seed=2"): every rank runs
+    Hydra, and only rank 0 talks, as the harness's own lines do."""
+    return "INFO" if os.environ.get("RANK", "0") == "0" else "WARNING"
+
+
 def register_configs() -> None:
+    """The schemas, in Hydra's ConfigStore, and the resolver ``conf/config.yaml`` names a sweep's directory
+    with: ``${harness.launch_stamp:}``, the launch's stamp, the same on every rank
+    (:mod:`harness.distributed.launch_stamp`). Cached, as Hydra's ``now`` is: a sweep's jobs, and a
+    submitit launcher's jobs (the cache travels with their config), read the value the sweep began with."""
+    OmegaConf.register_new_resolver("harness.launch_stamp", launch_stamp, use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("harness.rank0_level", rank0_level, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, algo in ALGOS.items():

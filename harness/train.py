@@ -31,7 +31,7 @@ from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.placement import check_devices, describe_all, place
-from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
+from harness.distributed.setup import SWEEP_JOB, Groups, init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.evaluator import run_evaluator
@@ -106,10 +106,13 @@ def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) ->
 
 def sweep_defaults(cfg: Config) -> None:
     """What Hydra knows and the config does not: a multirun job's own directory
-    (``hydra.sweep.dir``/``subdir``) as its default run directory, and the
-    experiment preset's name as the default wandb group, which a sweep's runs share."""
+    (``hydra.sweep.dir``/``subdir``) as its default run directory, its number
+    (the ranks meet anew for each job, under keys of its own: ``setup.SWEEP_JOB``),
+    and the experiment preset's name as the default wandb group, which a sweep's runs share."""
     hydra_cfg = HydraConfig.get()
-    if not cfg.run_dir and hydra_cfg.mode == RunMode.MULTIRUN:
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    os.environ[SWEEP_JOB] = str(hydra_cfg.job.num if multirun else 0)
+    if not cfg.run_dir and multirun:
         cfg.run_dir = hydra_cfg.runtime.output_dir
     cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.run_name
 

@@ -20,6 +20,8 @@ import torch.distributed as dist
 from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.topology import Layout
 
+SWEEP_JOB = "HARNESS_SWEEP_JOB"  # a Hydra sweep's job number (hydra.job.num), set by harness.train for each job
+
 
 @dataclass
 class Groups:
@@ -116,6 +118,9 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist
     previous attempt's keys, among them the listening addresses of ranks that
     are dead now; new ranks would read those and fail with "connection
     refused". Prefixing every key with the attempt number keeps attempts apart.
+    A Hydra sweep (``-m``) runs its jobs one after another in the same ranks,
+    each job joining anew: the sweep job's number (``SWEEP_JOB``, which
+    ``harness.train`` sets) keeps the jobs apart in the same way.
     """
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     agent_hosts_store = attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
@@ -134,7 +139,7 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist
             f"{'its torchrun agent' if agent_hosts_store else 'rank 0, which hosts it,'} never started or cannot be "
             f"reached from here. Cause: {e}"
         ) from e
-    return dist.PrefixStore(f"harness/attempt-{attempt or 0}", store)
+    return dist.PrefixStore(f"harness/attempt-{attempt or 0}/job-{os.environ.get(SWEEP_JOB, 0)}", store)
 
 
 def shutdown_distributed() -> None:
