@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plot: scripts/plot.sh RUN_DIR [RUN_DIR ...] --out curves.png   (or --bench FILE.json --out FILE.png)
+# Plot: scripts/plot.sh RUN_DIR [RUN_DIR ...] --out curves.png [--aggregate iqm]   (or --presets ROOT, or --bench FILE.json --out FILE.png)
 # Creates .venv on first use, like train.sh; the run directories are read from where you stand.
 here=$PWD
 EXTRAS=${EXTRAS:-}
