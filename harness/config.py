@@ -9,18 +9,17 @@ type-checks every override while composing, and ``load`` runs the
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness import resolvers
 from harness.algos import ALGOS, algorithm_for
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id, env_spec
-from harness.distributed.launch_stamp import launch_stamp
 from harness.metrics.video import check_video_support
 from harness.sync.config import SyncConfig
 
@@ -177,7 +176,10 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 1  # fixes every rank's envs and networks
-    run_dir: Optional[str] = None  # shared by all ranks; default: <runs_root>/<algo>-<env>-<job id>
+    # shared by all ranks; default: <runs_root>/<run_name>, else <runs_root>/<launch time>-<algo>-<env>-seed<seed>
+    run_dir: Optional[str] = None
+    # the run directory <runs_root>/<run_name>, which the same command resumes; in a sweep (-m), the sweep's directory
+    run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
     dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.write_dataset) or minari:<id>
@@ -191,6 +193,7 @@ class Config:
                 f"seed={self.seed}: seeds must be >= 0, since every rank's envs and networks derive theirs "
                 "from it: pick seed=0 or more"
             )
+        self._check_run_name()
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         self._check_trainers()
@@ -225,24 +228,25 @@ class Config:
         if not offline and self.dataset:
             raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
 
+    def _check_run_name(self) -> None:
+        name = self.run_name
+        if name is not None and (not name or name in (".", "..") or "/" in name):
+            raise ValueError(
+                f"run_name={name!r}: a run's name is one folder name under runs_root={self.runs_root}; for a path, "
+                f"give run_dir={name or 'PATH'} instead"
+            )
+        if name and self.run_dir:
+            raise ValueError(f"run_name={name} and run_dir={self.run_dir} both name the run directory: give one of them")
+
     @property
-    def run_name(self) -> str:
+    def algo_env(self) -> str:
+        """``<algo>-<env id>``: the default wandb group, and the middle of a default run directory's name."""
         return f"{self.algo.name}-{self.env.id}"
 
 
-def rank0_level() -> str:
-    """The level of Hydra's own log lines ("Launching 2 jobs locally", "#1 : seed=2"): every rank runs
-    Hydra, and only rank 0 talks, as the harness's own lines do."""
-    return "INFO" if os.environ.get("RANK", "0") == "0" else "WARNING"
-
-
 def register_configs() -> None:
-    """The schemas, in Hydra's ConfigStore, and the resolver ``conf/config.yaml`` names a sweep's directory
-    with: ``${harness.launch_stamp:}``, the launch's stamp, the same on every rank
-    (:mod:`harness.distributed.launch_stamp`). Cached, as Hydra's ``now`` is: a sweep's jobs, and a
-    submitit launcher's jobs (the cache travels with their config), read the value the sweep began with."""
-    OmegaConf.register_new_resolver("harness.launch_stamp", launch_stamp, use_cache=True, replace=True)
-    OmegaConf.register_new_resolver("harness.rank0_level", rank0_level, replace=True)
+    """The schemas, in Hydra's ConfigStore, and the resolvers ``conf/config.yaml`` names."""
+    resolvers.register()
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, algo in ALGOS.items():

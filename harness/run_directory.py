@@ -40,6 +40,7 @@ MAY_CHANGE = (
     "checkpoint.",
     "eval.",
     "run_dir",
+    "run_name",
     "runs_root",
     "dist_timeout_s",
     "sync.timeout_s",

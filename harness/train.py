@@ -114,7 +114,7 @@ def sweep_defaults(cfg: Config) -> None:
     os.environ[SWEEP_JOB] = str(hydra_cfg.job.num if multirun else 0)
     if not cfg.run_dir and multirun:
         cfg.run_dir = hydra_cfg.runtime.output_dir
-    cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.run_name
+    cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.algo_env
 
 
 def tuned_settings(raw: DictConfig) -> str | None:
@@ -185,7 +185,7 @@ def main(raw: DictConfig) -> None:
             # The scheme's own groups wait as long as the harness's longest wait on the weights.
             wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
             groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s)
-        run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, layout).resolve()
+        run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, f"{cfg.algo_env}-seed{cfg.seed}", layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
         with cli.user_errors():  # a run directory that is not this run's: refused on every rank, said by rank 0
             lock = open_run_dir(cfg, raw, layout, run_dir)

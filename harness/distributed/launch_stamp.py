@@ -23,11 +23,12 @@ Clock stamps read ``%Y%m%d-%H%M%S``, so names that start with one sort by time.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+
+import torch.distributed as dist
 
 STAMP_ENV = "HARNESS_LAUNCH_STAMP"
 STORE_KEY = "harness/launch-stamp"  # one per launch: no attempt or sweep job prefix
@@ -43,28 +44,25 @@ def under_torchrun_store(env: Mapping[str, str] = os.environ) -> bool:
     return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in env and "MASTER_PORT" in env
 
 
-def agreed() -> str | None:
-    """The stamp the launch defines (environment, SLURM job, torchrun's store), or None
-    where there is no such thing (one process; ranks started without torchrun or SLURM)."""
+def shared(env: Mapping[str, str] = os.environ) -> bool:
+    """Every rank of the launch reads the same stamp (from the environment, SLURM's job or
+    torchrun's store). Else, ranks started without torchrun or SLURM must be told rank 0's."""
+    return bool(env.get(STAMP_ENV) or env.get("SLURM_JOB_ID")) or under_torchrun_store(env)
+
+
+def launch_stamp() -> str:
+    """The launch's stamp (see the module's docstring)."""
     if os.environ.get(STAMP_ENV):
         return os.environ[STAMP_ENV]
     if os.environ.get("SLURM_JOB_ID"):
         return f"slurm{os.environ['SLURM_JOB_ID']}"
     if under_torchrun_store():
         return _from_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), clock())
-    return None
-
-
-@functools.cache
-def launch_stamp() -> str:
-    """This launch's stamp (see the module's docstring); read once per process."""
-    return agreed() or clock()
+    return clock()
 
 
 def _from_store(host: str, port: int, mine: str) -> str:
     """``mine``, if this is the first rank of the launch to ask; else the first one's."""
-    import torch.distributed as dist  # here: the config's resolver reaches this module before torch is needed
-
     try:
         store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
         return store.compare_set(STORE_KEY, "", mine).decode()

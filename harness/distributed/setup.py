@@ -7,8 +7,6 @@ it), so each channel gets a group of its own and collectives never interleave.
 from __future__ import annotations
 
 import os
-import secrets
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Optional, Protocol
 import torch
 import torch.distributed as dist
 
+from harness.distributed import launch_stamp
 from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.topology import Layout
 
@@ -147,22 +146,22 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def resolve_run_dir(run_dir: str | None, runs_root: str, name: str, layout: Layout) -> Path:
+def resolve_run_dir(run_dir: str | None, runs_root: str, run_name: str | None, what: str, layout: Layout) -> Path:
     """One directory for the whole job, the same on every rank.
 
-    In order: ``run_dir=``; the SLURM job id; torchrun's run id; else a stamp
-    that rank 0 takes from its clock and sends to the others (never each
-    rank's own clock, which would split one job into many directories).
+    In order: ``run_dir=``; ``<runs_root>/<run_name>``, which the same command
+    finds again (and resumes); else ``<runs_root>/<launch stamp>-<what>``
+    (``what``: ``<algo>-<env id>-seed<seed>``), time first so that ``ls`` sorts
+    runs by their start. The launch's stamp is the same on every rank and in a
+    restarted attempt (:mod:`harness.distributed.launch_stamp`: torchrun's store,
+    the SLURM job id); ranks started without either are told rank 0's clock
+    (never each rank's own, which would split one job into many directories).
     """
     if run_dir:
         return Path(run_dir)
-    if os.environ.get("SLURM_JOB_ID"):
-        return Path(runs_root) / f"{name}-slurm{os.environ['SLURM_JOB_ID']}"
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    if run_id != "none":
-        return Path(runs_root) / f"{name}-{run_id}"
-    # The second alone would put two launches of the same second in one directory.
-    stamp = [f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"]
-    if not layout.single_process:
+    if run_name:
+        return Path(runs_root) / run_name
+    stamp = [launch_stamp.launch_stamp()]
+    if not layout.single_process and not launch_stamp.shared():
         dist.broadcast_object_list(stamp, src=0)
-    return Path(runs_root) / f"{name}-{stamp[0]}"
+    return Path(runs_root) / f"{stamp[0]}-{what.replace(os.sep, '-')}"  # a namespaced env id (ALE/Pong-v5) stays one name

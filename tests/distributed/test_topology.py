@@ -59,9 +59,6 @@ def test_zero_trainers_is_an_error():
 
 def test_run_dir_override_and_job_ids(monkeypatch):
     layout = Layout.from_env(1, env={})
-    assert str(resolve_run_dir("/x/y", "runs", "n", layout)) == "/x/y"
+    assert str(resolve_run_dir("/x/y", "runs", None, "n", layout)) == "/x/y"
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-slurm42"
-    monkeypatch.delenv("SLURM_JOB_ID")
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
-    assert str(resolve_run_dir(None, "runs", "n", layout)) == "runs/n-abc"
+    assert str(resolve_run_dir(None, "runs", None, "n", layout)) == "runs/slurm42-n"  # a requeue finds it again
