@@ -21,8 +21,9 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -38,12 +39,34 @@ class CheckpointConfig:
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
     start_over: bool = False  # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
     replay_buffer: bool = False  # off-policy: keep the replay buffer in checkpoints (large: algo.buffer_size transitions)
+    # a new run's starting point: a checkpoint (<run dir>/checkpoints/step-*) or a run directory (its newest intact
+    # checkpoint), whose networks' weights this run starts from, with its own settings and counters at 0
+    init_from: Optional[str] = None
+    # what else init_from brings: normalizer (observation statistics, reward scale: the weights were learned on
+    # inputs so scaled), optimizer (Adam's moments; by default a new run's optimiser starts afresh, as torchtitan's)
+    init_with: list[str] = field(default_factory=lambda: ["normalizer"])
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.keep < 1:
             raise ValueError(
                 f"checkpoint.every_frames must be >= 0 and checkpoint.keep >= 1; got {self.every_frames}, {self.keep}"
             )
+        unknown = sorted(set(self.init_with) - set(INIT_WITH))
+        if unknown:
+            raise ValueError(f"checkpoint.init_with={list(self.init_with)}: {unknown} unknown; choose from {list(INIT_WITH)}")
+        if self.init_from is not None and not holds_a_checkpoint(Path(self.init_from)):
+            raise ValueError(
+                f"checkpoint.init_from={self.init_from}: no checkpoint there. Name a checkpoint directory "
+                "(<run dir>/checkpoints/step-*) or a run directory that holds some (its newest intact one is used)"
+            )
+
+
+INIT_WITH = ("normalizer", "optimizer")  # checkpoint.init_with's choices: what may come along with the weights
+
+
+def holds_a_checkpoint(path: Path) -> bool:
+    """``path`` is a checkpoint (``step-*``: ``meta.json``, ``state.pt``) or a run directory with some."""
+    return (path / "meta.json").exists() or any(checkpoint_dir(path).glob("step-*"))
 
 
 class CheckpointMismatchError(ValueError):
@@ -161,12 +184,12 @@ def read(path: Path) -> tuple[dict, dict]:
     return torch.load(Path(path) / "state.pt", weights_only=True, map_location="cpu"), meta
 
 
-def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path] | None:
-    """The newest valid checkpoint as ``(state, meta, path)``, or None.
+def newest_readable(run_dir: Path, fix: str) -> tuple[dict, dict, Path] | None:
+    """The newest checkpoint of ``run_dir`` that can be read, as ``(state, meta, path)``; None when it has none.
 
     A truncated or corrupt checkpoint is skipped with a warning that names it
-    (the one before it is used); one from another algorithm or env is refused;
-    when none can be read, that is an error listing them, not a fresh start.
+    (the one before it is used); when none can be read, that is an error
+    listing them, ending with ``fix``, not a fresh start.
     """
     paths = sorted(checkpoint_dir(run_dir).glob("step-*"), reverse=True)
     for path in paths:
@@ -175,16 +198,46 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
         except Exception as e:  # any unreadable checkpoint is skipped, not fatal
             log.warning("skipping checkpoint %s: it cannot be read (%s: %s)", path, type(e).__name__, e)
             continue
-        if (meta.get("algo"), meta.get("env")) != (algo, env_id):
-            raise CheckpointMismatchError(
-                f"checkpoint {path} is from algo={meta.get('algo')} env={meta.get('env')}, but this run is "
-                f"algo={algo} env={env_id}. Use another run_dir=, or checkpoint.resume=false to ignore it."
-            )
         return state, meta, path
     if paths:
         raise CheckpointError(
             f"none of the checkpoints in {checkpoint_dir(run_dir)} can be read ({', '.join(p.name for p in paths)}; "
-            "the warnings above say why). Nothing was changed: use another run_dir= to start a new run, or "
-            "checkpoint.start_over=true to move this run's files aside and start over in the same directory"
+            f"the warnings above say why). {fix}"
         )
     return None
+
+
+def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path] | None:
+    """The run's newest valid checkpoint as ``(state, meta, path)``, or None (:func:`newest_readable`);
+    one from another algorithm or env is refused."""
+    fix = (
+        "Nothing was changed: use another run_dir= to start a new run, or "
+        "checkpoint.start_over=true to move this run's files aside and start over in the same directory"
+    )
+    found = newest_readable(run_dir, fix)
+    if found is not None and (found[1].get("algo"), found[1].get("env")) != (algo, env_id):
+        meta, path = found[1], found[2]
+        raise CheckpointMismatchError(
+            f"checkpoint {path} is from algo={meta.get('algo')} env={meta.get('env')}, but this run is "
+            f"algo={algo} env={env_id}. Use another run_dir=, or checkpoint.resume=false to ignore it."
+        )
+    return found
+
+
+def load_init(init_from: str) -> tuple[dict, dict, Path]:
+    """``checkpoint.init_from``'s checkpoint as ``(state, meta, path)``: the one it names, or the newest
+    intact one of the run directory it names; read and checked as a resume's are."""
+    where = Path(init_from)
+    if (where / "meta.json").exists():
+        try:
+            state, meta = read(where)
+        except Exception as e:  # unreadable: said, with the way out
+            raise CheckpointError(
+                f"checkpoint.init_from={init_from} cannot be read ({type(e).__name__}: {e}). Name another of "
+                f"{where.parent}, or the run directory for its newest intact one"
+            ) from e
+        return state, meta, where.resolve()
+    found = newest_readable(where, f"checkpoint.init_from={init_from}: name another run or checkpoint")
+    if found is None:
+        raise CheckpointError(f"checkpoint.init_from={init_from}: {checkpoint_dir(where)} holds no checkpoint")
+    return found[0], found[1], found[2].resolve()

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
+from harness.roles.state import check_init_from
 from harness.run_lock import LOCK_NAME
 
 # Settings a resumed run may change: how long it runs, how it is watched and
@@ -50,6 +51,8 @@ MAY_CHANGE = (
     "collector.env_step_timeout_s",  # how a hang is bounded, not what is learned
     "algo.compile",  # how the step runs, not what it computes
 )
+# ... but where a new run starts: a run directory holds one run, started from one place.
+MUST_KEEP = ("checkpoint.init_from", "checkpoint.init_with")
 FIRST = {"algo.name": "algo", "env.id": "env.id", "seed": "seed"}  # named before other differences, in this order
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 # Every name a run writes in its directory (and starting over, and the write
@@ -90,7 +93,8 @@ def differences(saved: dict, new: dict) -> list[str]:
     old, now = flat(saved), flat(new)
     default = schema_defaults(str(now.get("algo.name", old.get("algo.name"))))
     # What the run is first (another algorithm explains every hyper-parameter that differs), then the rest.
-    keys = sorted((k for k in set(old) | set(now) if not k.startswith(MAY_CHANGE)), key=lambda k: (k not in FIRST, k))
+    compared = (k for k in set(old) | set(now) if k.startswith(MUST_KEEP) or not k.startswith(MAY_CHANGE))
+    keys = sorted(compared, key=lambda k: (k not in FIRST, k))
 
     def before(k: str) -> Any:
         return old.get(k, default.get(k, "<absent>"))
@@ -149,7 +153,18 @@ def move_aside(run_dir: Path) -> Path:
 def check(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
     """On every rank, before anything is written: may this launch use
     ``run_dir``? Returns whether it resumes an earlier run. Raises
-    :class:`RunDirError` naming the fix when it may not."""
+    :class:`RunDirError` naming the fix when it may not; and, when a new run
+    starts from ``checkpoint.init_from``, a ``CheckpointMismatchError`` when
+    that checkpoint's networks do not fit this run's."""
+    resumes = admits(cfg, raw, run_dir)
+    anew = (cfg.checkpoint.start_over and not restarted()) or not any(checkpoint.checkpoint_dir(run_dir).glob("step-*"))
+    if cfg.checkpoint.init_from and anew:
+        check_init_from(cfg)
+    return resumes
+
+
+def admits(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
+    """:func:`check`'s verdict on the directory itself."""
     used = used_by_an_earlier_run(run_dir)
     if not used or restarted():
         return bool(used)
@@ -173,11 +188,13 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
         saved = cast(dict, OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False))  # config.yaml is a mapping
         changed = differences(saved, cast(dict, OmegaConf.to_container(raw, resolve=False)))
         if changed:
+            new_start = any(c.startswith(MUST_KEEP) for c in changed)
             raise RunDirError(
                 f"run_dir {run_dir} holds a run with other settings ({'; '.join(changed[:8])}"
                 f"{'; ...' if len(changed) > 8 else ''}). Resuming may change only the "
-                "budget, logging, checkpoints and placement. Use another run_dir= for a new run, or "
-                "checkpoint.start_over=true to move the old run aside"
+                "budget, logging, checkpoint cadence and placement"
+                f"{' (checkpoint.init_from starts a new run)' if new_start else ''}. Use another run_name= "
+                "(or run_dir=) for a new run, or checkpoint.start_over=true to move the old run aside"
             )
     return True
 

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Optional, cast
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from harness.algos import Algorithm
+from harness import checkpoint
+from harness.algos import Algorithm, algorithm_for
+from harness.checkpoint import CheckpointConfig, CheckpointMismatchError
+from harness.collect.envs import env_spec
+from harness.config import Config
+from harness.packing import first_difference
+
+log = logging.getLogger("harness")
+# Statistics, not weights (checkpoint.init_with's "normalizer"): Algorithm.stateful's observation
+# normaliser and PPO's reward scaler.
+NORMALIZERS = ("obs_norm", "reward_scaler")
 
 
 @dataclass
@@ -72,3 +84,101 @@ class TrainerState:
             self.algo.gradient_steps = self.progress.updates  # offline, an update is one gradient step
         rng = state["rng"]
         torch.set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
+
+    def restore(self, run_dir: Path, cfg: CheckpointConfig, algo: str, env_id: str) -> Optional[Path]:
+        """Where this trainer starts: the run's own newest valid checkpoint (with ``cfg.resume``:
+        the run continues), else, in a new run, ``cfg.init_from``'s weights and what ``cfg.init_with``
+        names, with this run's settings, its counters and RNG as a new run's. Returns the checkpoint read."""
+        found = checkpoint.load_latest(run_dir, algo, env_id) if cfg.resume else None
+        if found is not None:
+            state, _, path = found
+            self.load_state_dict(state)
+            unit, step = ("gradient_steps", self.progress.updates) if self.algo.offline else ("frames", self.progress.frames)
+            if self.rank == 0:
+                log.info("resumed from %s: %s %d, version %d", path, unit, step, self.progress.version)
+            return path
+        if cfg.init_from is None:
+            return None
+        state, meta, path = checkpoint.load_init(cfg.init_from)
+        self.algo.load_state_dict(initial_state(self.algo.state_dict(), state["algo"], set(cfg.init_with), cfg.init_from))
+        if self.rank == 0:
+            log.info(
+                "initialised from %s (algo=%s env=%s at %s %s): the weights%s; counters start at 0",
+                path, meta.get("algo"), meta.get("env"), meta.get("unit", "frames"), meta.get("step"),
+                "".join(f", {part}" for part in sorted(cfg.init_with)),
+            )  # fmt: skip
+        return path
+
+
+def check_init_from(cfg: Config) -> None:
+    """Before anything is written, on every rank: ``checkpoint.init_from``'s networks fit this run's,
+    so that a mismatch is one message at start-up. Its tensors are mapped, not read: the trainer
+    checks their bytes against their checksum when it loads them (and skips a damaged checkpoint)."""
+    where = Path(cast(str, cfg.checkpoint.init_from))
+    step = where if (where / "meta.json").exists() else max(checkpoint.checkpoint_dir(where).glob("step-*"))
+    try:
+        given = torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)
+    except Exception:  # unreadable: the trainer says why, or takes an older one
+        return
+    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    fresh = algorithm_for(cfg.algo.name, spec)(cfg.algo, spec, cfg.collector.total_frames).state_dict()
+    initial_state(fresh, given["algo"], set(cfg.checkpoint.init_with), str(where))
+
+
+def part_of(name: str, value: Any) -> str:
+    """What an entry of an algorithm's state is: an ``optimizer``'s state, a ``normalizer``'s
+    statistics, a network's ``weights``, or a ``counter`` (``gradient_steps``)."""
+    if isinstance(value, dict) and {"state", "param_groups"} <= value.keys():
+        return "optimizer"
+    if name in NORMALIZERS:
+        return "normalizer"
+    return "weights" if isinstance(value, dict) else "counter"
+
+
+def schema_of(state: dict, parts: set[str]) -> list[str]:
+    """``name.key shape dtype`` of every tensor of ``state``'s entries of ``parts``, sorted."""
+    return sorted(
+        f"{name}.{key} {tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')}"
+        for name, value in state.items()
+        if part_of(name, value) in parts
+        for key, tensor in value.items()
+        if isinstance(tensor, torch.Tensor)
+    )
+
+
+OTHER_NETWORKS = "Start from a checkpoint of the same algorithm and network sizes, on an env with the same spaces"
+OTHER_NORMALIZERS = (
+    "Match algo.normalize_obs and algo.normalize_reward to its run's, or leave normalizer out of checkpoint.init_with"
+)
+
+
+def initial_state(fresh: dict, given: dict, init_with: set[str], source: str) -> dict:
+    """A new run's algorithm state (``fresh``) with ``given``'s (a checkpoint's) weights and the parts
+    ``init_with`` names. An optimiser keeps ``fresh``'s hyper-parameters (this run's lr) and takes
+    ``given``'s moments. Refused, naming the first differing tensor, when the two do not fit."""
+    loaded = {"weights", *init_with} - {"optimizer"}
+    check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)
+    check_fits(fresh, given, loaded, source, OTHER_NORMALIZERS)
+    if "optimizer" in init_with:
+        check_fits(fresh, given, {"optimizer"}, source, "Leave optimizer out of checkpoint.init_with")
+    state = dict(fresh)
+    for name, value in given.items():
+        part = part_of(name, value)
+        if part == "optimizer" and part in init_with:
+            state[name] = {"state": value["state"], "param_groups": fresh[name]["param_groups"]}
+        elif part in loaded:
+            state[name] = value
+    return state
+
+
+def check_fits(fresh: dict, given: dict, parts: set[str], source: str, fix: str) -> None:
+    """``given``'s entries of ``parts`` have ``fresh``'s names, and their tensors its shapes and dtypes
+    (optimisers: their names only, since a new optimiser holds no moments yet)."""
+    mine, theirs = schema_of(fresh, parts), schema_of(given, parts)
+    if "optimizer" in parts:
+        mine, theirs = ([f"{n} optimizer" for n, v in side.items() if part_of(n, v) == "optimizer"] for side in (fresh, given))
+    if sorted(mine) != sorted(theirs):
+        raise CheckpointMismatchError(
+            f"checkpoint.init_from={source} does not fit this run's {' and '.join(sorted(parts))}: first difference "
+            f"(here: this run, there: the checkpoint): {first_difference(sorted(mine), sorted(theirs))}. {fix}"
+        )

@@ -74,7 +74,7 @@ class Trainer:
         self.progress = Progress()
         self.devices_checked = False  # after this process's first update (Trainer.learned)
         self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
-        self.resumed_from = self._resume() if cfg.checkpoint.resume else None
+        self.resumed_from = self._resume()
         self.published = -1  # newest version sent
         self.changed = False  # the weights learned since the last publish: the next one is a new version
         self.saved_at = -1  # step of the newest checkpoint written
@@ -113,15 +113,10 @@ class Trainer:
         return self.progress.updates
 
     def _resume(self) -> Optional[Path]:
-        """Every trainer loads the newest valid checkpoint of the run directory."""
-        found = checkpoint.load_latest(self.run_dir, self.cfg.algo.name, self.cfg.env.id)
-        if found is None:
-            return None
-        state, _, path = found
-        self.state.load_state_dict(state)
-        if self.layout.rank == 0:
-            log.info("resumed from %s: %s %d, version %d", path, self.unit, self.step, self.progress.version)
-        self.report_devices("after the resume")
+        """Every trainer loads the run's newest valid checkpoint, or a new run checkpoint.init_from's (TrainerState.restore)."""
+        path = self.state.restore(self.run_dir, self.cfg.checkpoint, self.cfg.algo.name, self.cfg.env.id)
+        if path is not None:
+            self.report_devices(f"after loading {path.name}")
         return path
 
     def report_devices(self, when: str) -> None:
