@@ -11,6 +11,8 @@
   SLURM requeue) always continues its own run.
 - Any other directory (one holding files that no run writes, and no run's
   ``config.yaml``: ``/``, a folder of the user's) is refused, start over or not.
+- A resume keeps the layout the run started with (``layout.json``) where it
+  decides what an update learns from (:func:`refuse_another_layout`).
 
 ``config.yaml`` is written unresolved: an ``${oc.env:...}`` interpolation (a
 token, say) is saved as written, never as its value.
@@ -18,6 +20,7 @@ token, say) is saved as written, never as its value.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
+from harness.distributed.topology import Layout
 from harness.roles.state import check_init_from
 from harness.run_lock import LOCK_NAME
 
@@ -58,7 +62,7 @@ WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 # Every name a run writes in its directory (and starting over, and the write
 # probe): a directory holding anything else without a run's config.yaml is
 # someone else's, and neither becomes a run directory nor is moved aside.
-A_RUNS_OWN = (*WRITTEN_BY_A_RUN, "videos", "tensorboard", "wandb", "wandb_id", LOCK_NAME)
+A_RUNS_OWN = (*WRITTEN_BY_A_RUN, "videos", "tensorboard", "wandb", "wandb_id", "layout.json", LOCK_NAME)
 A_RUNS_OWN_PREFIXES = ("previous-", ".write-test-")
 
 
@@ -196,13 +200,66 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
                 f"{' (checkpoint.init_from starts a new run)' if new_start else ''}. Use another run_name= "
                 "(or run_dir=) for a new run, or checkpoint.start_over=true to move the old run aside"
             )
+    refuse_another_layout(cfg, run_dir, launch_layout(cfg))
     return True
+
+
+LAYOUT_FILE = "layout.json"  # the ranks a run started with: what its updates learn from
+
+
+def launch_layout(cfg: Config) -> Layout:
+    """This launch's ranks, from torchrun's (or SLURM's, which ``harness.train`` turned into torchrun's) variables."""
+    return Layout.from_env(cfg.topology.trainers)
+
+
+def layout_record(layout: Layout) -> dict[str, int]:
+    """What a run's updates learn from: the trainers, and each one's collectors (one process collects for itself)."""
+    collectors = max(layout.world_size - layout.trainers, 1)
+    return {"world_size": layout.world_size, "trainers": layout.trainers, "collectors_per_trainer": collectors // layout.trainers}
+
+
+def counted(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def layout_text(record: dict[str, int], frames_per_batch: int, sync: bool) -> str:
+    trainers, collectors = record["trainers"], record["collectors_per_trainer"]
+    update = f": {trainers * collectors * frames_per_batch} frames per update" if sync else ""
+    return f"{counted(record['world_size'], 'rank')} ({counted(trainers, 'trainer')}, {counted(collectors, 'collector')} each{update})"
+
+
+def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
+    """A resume keeps what an update learns from: the number of trainers (how a batch is split over
+    them, whose replay and RNG each continues) and, in sync mode, each one's collectors (a round's
+    frames: PPO's batch). Async collectors stream batches that an update takes one at a time, and an
+    offline run's only evaluate, so their number may change. A run started before the harness recorded
+    its layout is not checked."""
+    try:
+        saved = json.loads((run_dir / LAYOUT_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    now = layout_record(layout)
+    sync = cfg.collector.mode == "sync" and not ALGOS[cfg.algo.name].offline
+    keys = ("trainers", "collectors_per_trainer") if sync else ("trainers",)
+    if all(saved.get(k) == now[k] for k in keys):
+        return
+    fpb = cfg.collector.frames_per_batch
+    raise RunDirError(
+        f"run_dir {run_dir} holds a run started with {layout_text(saved, fpb, sync)}; this launch has "
+        f"{layout_text(now, fpb, sync)}. Resuming it would change what an update learns from. Relaunch with "
+        f"{counted(saved['world_size'], 'rank')} (NPROC={saved['world_size']} scripts/train.sh, or torchrun "
+        f"--nproc_per_node={saved['world_size']} on one node) and topology.trainers={saved['trainers']}; or start a new "
+        f"run from its weights: checkpoint.init_from={run_dir} run_name=<new name>"
+    )
 
 
 def prepare(cfg: Config, raw: DictConfig, run_dir: Path) -> None:
     """Trainer 0, once the checks passed: move an old run aside if asked, then
-    save this launch's config (unresolved, so no secret is written out)."""
+    save this launch's config (unresolved, so no secret is written out) and,
+    for a new run, its layout (a resume keeps the one the run started with)."""
     if cfg.checkpoint.start_over and used_by_an_earlier_run(run_dir) and not restarted():
         aside = move_aside(run_dir)
         print(f"run_dir: the earlier run's files are now in {aside}", flush=True)
     OmegaConf.save(raw, run_dir / "config.yaml", resolve=False)
+    if not (run_dir / LAYOUT_FILE).exists():
+        (run_dir / LAYOUT_FILE).write_text(json.dumps(layout_record(launch_layout(cfg))) + "\n")
