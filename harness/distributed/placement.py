@@ -4,12 +4,16 @@ Decided once at start-up, before any process group exists, from the config
 and torchrun's ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE``, and printed in the
 layout. Trainers take a GPU when there is one; collectors stay on the CPU
 unless the weights arrive by NCCL, which needs one GPU per rank. Threads
-follow the cores: each collector keeps one, the node's trainers share the rest.
+(``auto``): a count set in the environment (``OMP_NUM_THREADS``, which
+``scripts/*.sh`` and torchrun set to 1 unless it is set, or
+``MKL_NUM_THREADS``) wins, as it does for torch itself; else they follow
+the cores: each collector keeps one, the node's trainers share the rest.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
@@ -18,6 +22,7 @@ import torch
 from harness.distributed.topology import Layout
 
 AUTO = "auto"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what torch's own thread count follows, in this order
 
 
 class PlacementError(ValueError):
@@ -32,9 +37,11 @@ class Placement:
     role: str
     device: str
     threads: int
+    threads_from: str = ""  # where the count came from: a setting, the environment, the cores
 
     def describe(self) -> str:
-        return f"rank {self.rank} {self.role}: {self.device}, {self.threads} thread{'s' * (self.threads != 1)}"
+        source = f" ({self.threads_from})" if self.threads_from else ""
+        return f"rank {self.rank} {self.role}: {self.device}, {self.threads} thread{'s' * (self.threads != 1)}{source}"
 
     @property
     def cuda_device(self) -> Optional[torch.device]:
@@ -89,11 +96,13 @@ def place(
     scheme: str,
     cores: Optional[int] = None,
     gpus: Optional[int] = None,
+    env: Optional[Mapping[str, str]] = None,
 ) -> Placement:
     """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``;
     ``*_threads``: ``auto`` or a count. ``gpu_collectors``: the weight sync scheme
     (``scheme``, for messages) delivers weights to a GPU per collector, so every
-    rank that takes part needs one of its own. ``cores``/``gpus`` default to this machine's."""
+    rank that takes part needs one of its own. ``cores``/``gpus``/``env`` (the
+    thread variables) default to this machine's and this process's."""
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
@@ -115,15 +124,40 @@ def place(
                 "with sync=shm or sync=gloo"
             )
         device = f"cuda:{index % gpus}"
+    threads, threads_from = _threads(layout, trainer_threads, collector_threads, cores, os.environ if env is None else env)
+    return Placement(layout.rank, layout.role, device, threads, threads_from)
+
+
+def threads_from_env(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """The thread count the environment sets (``OMP_NUM_THREADS=4``), and which
+    variable set it; None where none does. A value that is not a count is refused."""
+    for name in THREAD_VARIABLES:
+        value = env.get(name, "").strip()
+        if not value:
+            continue
+        if not value.isdigit() or int(value) < 1:
+            raise PlacementError(f"{name}={value!r} is not a number of threads >= 1: set a count, or unset it")
+        return int(value), name
+    return None
+
+
+def _threads(layout: Layout, trainer_threads: str, collector_threads: str, cores: int, env: Mapping[str, str]) -> tuple[int, str]:
+    """This rank's thread count and where it came from: its role's setting, if a count;
+    else (``auto``) the environment's, if it sets one; else the node's cores."""
+    section, setting = ("trainer", trainer_threads) if layout.is_trainer else ("collector", collector_threads)
+    if setting != AUTO:
+        return int(setting), f"{section}.threads"
+    found = threads_from_env(env)
+    if found is not None:
+        return found[0], f"{found[1]}; {section}.threads=N overrides it"
     node_trainers = sum(r < layout.trainers for r in layout.node_ranks)
-    node_collectors = layout.local_world_size - node_trainers
+    left = cores - (layout.local_world_size - node_trainers)  # one core per collector of the node
     if layout.single_process:
-        threads = cores if trainer_threads == AUTO else int(trainer_threads)
-    elif is_trainer:
-        threads = max(1, (cores - node_collectors) // max(node_trainers, 1)) if trainer_threads == AUTO else int(trainer_threads)
-    else:
-        threads = 1 if collector_threads == AUTO else int(collector_threads)
-    return Placement(layout.rank, layout.role, device, threads)
+        return cores, f"auto: the {cores} cores it may use"
+    if layout.is_trainer:
+        shared = f", shared by {node_trainers} trainers" if node_trainers > 1 else ""
+        return max(1, left // max(node_trainers, 1)), f"auto: the {max(left, 1)} cores the collectors leave{shared}"
+    return 1, "auto: one per collector"
 
 
 def describe_all(placement: Placement, distributed: bool) -> str:

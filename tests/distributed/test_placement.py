@@ -1,5 +1,6 @@
 """Each rank's device and thread count, decided from the layout and the config
-(the node's GPU and core counts are inputs, so every decision is tested here)."""
+(the node's GPU and core counts and the thread variables of the environment
+are inputs, so every decision is tested here)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import pytest
 
-from harness.distributed.placement import PlacementError, place
+from harness.distributed.placement import PlacementError, place, threads_from_env
 from harness.distributed.topology import Layout
 
 pytestmark = pytest.mark.unit
@@ -36,7 +37,9 @@ def placements(
     gpu_collectors=False,
     cores=16,
     gpus=0,
+    env=None,
 ):
+    """Every rank's placement; ``env``: the thread variables (none by default)."""
     return [
         place(
             layout(r, world, trainers, per_node),
@@ -48,6 +51,7 @@ def placements(
             "nccl" if gpu_collectors else "gloo",
             cores=cores,
             gpus=gpus,
+            env=env or {},
         )
         for r in range(world)
     ]
@@ -68,6 +72,38 @@ def test_single_process_uses_every_core_and_explicit_counts_win():
     assert placements(world=1, cores=8)[0].threads == 8
     got = placements(world=3, trainer_threads="4", collector_threads="2", cores=2)
     assert [p.threads for p in got] == [4, 2, 2]
+
+
+def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so():
+    """scripts/*.sh export OMP_NUM_THREADS=1 (unless set): one process on 2 shared cores
+    took 18.8 s with every core's thread, 5.6 s with one (issue 30, item 12)."""
+    one = {"OMP_NUM_THREADS": "1"}
+    (single,) = placements(world=1, cores=8, env=one)
+    assert single.threads == 1
+    assert single.describe() == "rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
+    assert [p.threads for p in placements(world=9, cores=64, env={"OMP_NUM_THREADS": "4"})] == [4] * 9
+    assert [p.threads for p in placements(world=3, cores=8, env={"MKL_NUM_THREADS": "2"})] == [2] * 3
+    # An explicit setting wins over the environment; without either, the cores decide, and the layout says which.
+    got = placements(world=3, trainer_threads="4", cores=8, env=one)
+    assert [(p.threads, p.threads_from) for p in got] == [
+        (4, "trainer.threads"),
+        *[(1, "OMP_NUM_THREADS; collector.threads=N overrides it")] * 2,
+    ]
+    got = placements(world=3, cores=8)
+    assert [p.describe() for p in got] == [
+        "rank 0 trainer: cpu, 6 threads (auto: the 6 cores the collectors leave)",
+        "rank 1 collector: cpu, 1 thread (auto: one per collector)",
+        "rank 2 collector: cpu, 1 thread (auto: one per collector)",
+    ]
+    assert placements(world=1, cores=8)[0].describe().endswith("8 threads (auto: the 8 cores it may use)")
+
+
+def test_a_thread_variable_that_is_not_a_count_is_refused_naming_it():
+    for value in ("abc", "0", "-2"):
+        with pytest.raises(PlacementError, match=re.escape(f"OMP_NUM_THREADS={value!r} is not a number of threads >= 1")):
+            placements(world=1, env={"OMP_NUM_THREADS": value})
+    assert threads_from_env({"OMP_NUM_THREADS": " ", "MKL_NUM_THREADS": "3"}) == (3, "MKL_NUM_THREADS")  # blank: unset
+    assert threads_from_env({}) is None
 
 
 def test_gpu_trainer_with_cpu_collectors():
