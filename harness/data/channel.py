@@ -24,6 +24,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 
 from harness.distributed.handshake import check_schema
+from harness.distributed.waits import Wait
 from harness.packing import buffer_of, pack, schema
 
 POLL_S = (0.0005, 0.008)  # the shortest and longest pause between calls of a send's while_waiting
@@ -80,14 +81,16 @@ class BatchSender:
         return self._wire
 
     def _send(self, batch: TensorDict) -> None:
+        wait = Wait(self.timeout_s, "dist_timeout_s")
         try:
             work = dist.isend(self._buffer(batch), dst=self.trainer, group=self.group)
             assert work is not None  # None only on a rank outside the group; every rank is in the data channel's
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             raise ChannelError(
-                f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer} "
-                f"within {self.timeout_s:g} s: the trainer is gone or stalled. Cause: {e}"
+                f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer}: "
+                f"{wait.ended(e).replace('the peer', 'the trainer', 1)}. See its log{wait.advice('it is only stalled')}. "
+                f"Cause: {e}"
             ) from e
 
     def send_last(self, batch: TensorDict) -> None:
@@ -110,10 +113,12 @@ class BatchReceiver:
         self.finished: set[int] = set()  # collectors whose final message arrived
         self.last_seen = {c: time.monotonic() for c in collectors}
 
-    def _error(self, c: int, cause: object) -> ChannelError:
+    def _error(self, c: int, cause: object, wait: Wait) -> ChannelError:
+        """Collector ``c``'s batch did not come: ``wait`` says for how long, and whether it is gone."""
         return ChannelError(
-            f"rank {self.rank} (trainer) got no batch from collector rank {c} within "
-            f"{self.timeout_s:g} s: that collector died or stalled (see its log). Cause: {cause}"
+            f"rank {self.rank} (trainer) got no batch from collector rank {c}: "
+            f"{wait.ended(cause).replace('the peer', 'that collector', 1)}. See its log{wait.advice('it is only stalled')}. "
+            f"Cause: {cause}"
         )
 
     def _seen(self, c: int, batch: TensorDict) -> TensorDict:
@@ -122,26 +127,26 @@ class BatchReceiver:
             self.finished.add(c)
         return batch
 
-    def _post(self, c: int) -> dist.Work:
+    def _post(self, c: int, wait: Wait) -> dist.Work:
         """The receive of collector ``c``'s next batch. Posting it fails at once,
         rather than at the wait, when that collector's process has already gone."""
         try:
             work = dist.irecv(self.wires[c], src=c, group=self.group)
         except RuntimeError as e:
-            raise self._error(c, e) from e
+            raise self._error(c, e, wait) from e
         assert work is not None  # None only on a rank outside the group
         return work
 
     def receive(self) -> list[TensorDict]:
         """One batch from every collector, in collector order (sync mode);
         valid until the next call."""
-        works = {c: self._post(c) for c in self.collectors}
-        deadline = time.monotonic() + self.timeout_s
+        wait = Wait(self.timeout_s, "dist_timeout_s")
+        works = {c: self._post(c, wait) for c in self.collectors}
         for c, work in works.items():
             try:
-                work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+                work.wait(timedelta(seconds=max(wait.timeout_s - wait.seconds, 0.001)))
             except RuntimeError as e:
-                raise self._error(c, e) from e
+                raise self._error(c, e, wait) from e
         return [self._seen(c, self.buffers[c]) for c in self.collectors]
 
     def receive_any(self) -> TensorDict:
@@ -150,14 +155,17 @@ class BatchReceiver:
         has sent nothing for the timeout while others keep sending."""
         silent = [c for c in self.collectors if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s]
         if silent:
-            raise self._error(silent[0], "the other collectors kept sending")
+            since = Wait(self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]])  # its last batch
+            raise self._error(silent[0], "the other collectors kept sending", since)
+        wait = Wait(self.timeout_s, "dist_timeout_s")
         try:
             work = dist.irecv(self.any_wire, group=self.group)  # from any source
             assert work is not None  # None only on a rank outside the group
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             waiting = [c for c in self.collectors if c not in self.finished]
-            raise self._error(min(waiting, key=self.last_seen.__getitem__), e) from e  # every collector has an entry
+            late = min(waiting, key=self.last_seen.__getitem__)  # every collector has an entry
+            raise self._error(late, e, wait) from e
         return self._seen(work._source_rank(), self.any_buffer)
 
     def drain(self) -> int:

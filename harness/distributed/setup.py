@@ -18,6 +18,7 @@ import torch.distributed as dist
 from harness.distributed import launch_stamp
 from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.topology import Layout
+from harness.distributed.waits import Wait
 
 SWEEP_JOB = "HARNESS_SWEEP_JOB"  # a Hydra sweep's job number (hydra.job.num), set by harness.train for each job
 
@@ -53,6 +54,7 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Stor
     store = _job_store(layout, timeout, who, where)
     joined = RollCall(store, "joined")
     joined.mark(layout.rank)
+    wait = Wait(timeout_s, "dist_timeout_s")
     try:
         dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout, store=store)
     except (RuntimeError, dist.DistError) as e:
@@ -65,8 +67,8 @@ def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Stor
             else "the store is gone too, so which rank is unknown"
         )
         raise RuntimeError(
-            f"{who} gave up after {timeout_s:g} s waiting for all {layout.world_size} ranks to join at {where}: "
-            f"{absent}. Check their logs; raise dist_timeout_s if start-up is just slow. Cause: {e}"
+            f"{who} stopped waiting for all {layout.world_size} ranks to join at {where}: {wait.ended(e)}; {absent}. "
+            f"Check their logs{wait.advice('start-up is just slow')}. Cause: {e}"
         ) from e
     return store
 

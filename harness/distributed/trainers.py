@@ -20,6 +20,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from harness.distributed.waits import Wait
+
 
 class TrainersError(RuntimeError):
     """A trainer did not reach a collective of the trainers' group in time, or died in one."""
@@ -42,17 +44,19 @@ def others(group: dist.ProcessGroup) -> list[int]:
 def meet(group: dist.ProcessGroup, timeout_s: float, where: str) -> None:
     """Return once every trainer of ``group`` reached this point (``where``
     says which, for the error); after ``timeout_s``, fail naming the trainers
-    that did not come."""
+    that did not come (or, when one is gone, that it is, as soon as that shows)."""
+    wait = Wait(timeout_s, "dist_timeout_s")
     try:
         dist.monitored_barrier(group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
     except RuntimeError as e:
         rank, late = dist.get_rank(), late_ranks(str(e)) or others(group)
         # Only trainer 0 hears from every trainer; the others hear from trainer 0 alone.
         hint = "" if rank == 0 else " (trainer 0 hears from every trainer: its error names the late ones)"
+        came = f"did not come within {timeout_s:g} s" if wait.ran_out else f"did not come: {wait.ended(e)}"
         raise TrainersError(
-            f"rank {rank} (trainer) waited for the other trainers {where}: trainer rank(s) {late} did not come "
-            f"within {timeout_s:g} s{hint}. A late trainer stalled or died, or waits on its own collectors (see its "
-            f"log and theirs); raise dist_timeout_s if it is only slow. Cause: {e}"
+            f"rank {rank} (trainer) waited for the other trainers {where}: trainer rank(s) {late} {came}{hint}. "
+            f"A late trainer stalled or died, or waits on its own collectors (see its log and theirs)"
+            f"{wait.advice()}. Cause: {e}"
         ) from e
 
 

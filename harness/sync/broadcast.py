@@ -17,6 +17,7 @@ import torch.distributed as dist
 from tensordict import TensorDictBase
 
 from harness.distributed.roll_call import RollCall, ranks_text
+from harness.distributed.waits import Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
 from harness.sync.payload import Payload
 
@@ -57,6 +58,7 @@ class BroadcastSink(_BroadcastEnd):
         if self._work is None:
             return
         work, self._work = self._work, None
+        wait = Wait(self.timeout_s, "sync.timeout_s")
         try:
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
@@ -70,8 +72,8 @@ class BroadcastSink(_BroadcastEnd):
                 else "one of them is gone or stalled"
             )
             raise SyncError(
-                f"{self.endpoint} could not deliver weights version {self.sent} to ranks {ranks_text(receivers)} "
-                f"within {self.timeout_s:g} s: {who}. Cause: {e}"
+                f"{self.endpoint} could not deliver weights version {self.sent} to ranks {ranks_text(receivers)}: "
+                f"{wait.ended(e)}; {who}. Cause: {e}"
             ) from e
 
     close = finish
@@ -118,11 +120,12 @@ class BroadcastSource(_BroadcastEnd):
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
         assert self._work is not None  # callers check exhausted (no receive posted) first
+        wait = Wait(timeout_s)
         try:
             self._work.wait(timedelta(seconds=timeout_s))
         except RuntimeError as e:
             self._work = None
-            raise SyncError(f"the broadcast from rank {self.root} failed or timed out after {timeout_s:g} s: {e}") from e
+            raise SyncError(f"the broadcast from rank {self.root} ended {wait.seconds:.1f} s in: {e}") from e
         return self._apply(live)
 
     def close(self) -> None:

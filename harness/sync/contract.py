@@ -36,6 +36,7 @@ from torch import nn
 from harness.distributed.handshake import SchemaMismatchError
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.distributed.waits import Wait
 from harness.sync.payload import Header, Payload
 
 PayloadFactory = Callable[[], Payload]  # a fresh payload of the connected layout
@@ -178,13 +179,18 @@ class WeightSubscriber(abc.ABC):
         assert self.header is not None, f"{self.endpoint}: no weights applied yet"
         return self.header
 
-    def timeout_error(self, what: str, timeout_s: float, cause: BaseException | None = None) -> SyncError:
-        """The error for a wait that expired: who waited, for what, for how long."""
+    def wait_error(self, what: str, wait: Wait, cause: BaseException | None = None) -> SyncError:
+        """The error for a wait that ended without ``what``: who waited, for what, how
+        long it waited and how it ended (``upstream`` gone, or no answer in time)."""
+        if wait.ran_out or cause is None:
+            return SyncError(
+                f"{self.endpoint} waited {wait.seconds:.1f} s for {what} and gave up (newest applied version: "
+                f"{self.version}). Is {self.upstream} alive? If it is just slow, raise sync.timeout_s or publish more "
+                "often (sync.publish_every_updates)." + (f" Cause: {cause}" if cause else "")
+            )
         return SyncError(
-            f"{self.endpoint} waited {timeout_s:g} s for {what} and gave up "
-            f"(newest applied version: {self.version}). Is {self.upstream} alive? "
-            "If it is just slow, raise sync.timeout_s or publish more often (sync.publish_every_updates)."
-            + (f" Cause: {cause}" if cause else "")
+            f"{self.endpoint} stopped waiting for {what}: {wait.ended(cause).replace('the peer', self.upstream, 1)} "
+            f"(newest applied version: {self.version}). See {self.upstream}'s log. Cause: {cause}"
         )
 
 

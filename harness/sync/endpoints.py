@@ -8,7 +8,6 @@ Sinks and sources are :class:`~harness.sync.contract.Sink` and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -16,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.distributed.handshake import check_schema
+from harness.distributed.waits import Wait
 from harness.packing import leaf_tensors
 from harness.sync.contract import Endpoint, Header, Sink, Source, SyncError, WeightPublisher, WeightSubscriber
 from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
@@ -119,21 +119,20 @@ class Subscriber(WeightSubscriber):
         return newest
 
     def wait(self, min_version: int, timeout_s: float | None = None) -> Header:
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        wait = Wait(self.timeout_s if timeout_s is None else timeout_s, "sync.timeout_s")
         self.poll()
         while self.version < min_version:
             if self.source.exhausted:
                 raise SyncError(
                     f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}"
                 )
-            remaining = deadline - time.monotonic()
+            remaining = wait.timeout_s - wait.seconds
             if remaining <= 0:
-                raise self.timeout_error(f"weights version >= {min_version}", timeout_s)
+                raise self.wait_error(f"weights version >= {min_version}", wait)
             try:
                 self._applied(self.source.wait_into(self.live, remaining))
             except SyncError as e:
-                raise self.timeout_error(f"weights version >= {min_version}", timeout_s, e) from e
+                raise self.wait_error(f"weights version >= {min_version}", wait, e) from e
         return self.current_header()
 
     def close(self) -> None:

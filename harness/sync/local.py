@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
+from harness.distributed.waits import Wait
 from harness.packing import first_difference
 from harness.sync.contract import Endpoint, Header, SyncError, WeightPublisher, WeightSubscriber
 from harness.sync.payload import Payload, weights_of
@@ -67,7 +68,7 @@ class LocalSubscriber(WeightSubscriber):
         # now never comes: fail at once rather than sleep.
         self.poll()
         if self.version < min_version:
-            raise self.timeout_error(f"weights version >= {min_version}", 0)
+            raise self.wait_error(f"weights version >= {min_version}", Wait(0.0))
         return self.current_header()
 
 

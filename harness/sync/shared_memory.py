@@ -277,7 +277,7 @@ class ShmSource:
                 return header
             left = start + timeout_s - time.monotonic()
             if left <= 0:
-                raise SyncError(f"nothing new in shared-memory segment {self.segment.name} for {timeout_s:g} s")
+                raise SyncError(f"nothing new in shared-memory segment {self.segment.name} for {time.monotonic() - start:.1f} s")
             if not alive(writer):  # a dead writer never writes again: fail now, not at the timeout
                 raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
             # Sleep until the writer rings, waking every 0.1 s to check that it is alive.
