@@ -29,6 +29,16 @@ from harness.metrics import video
 from harness.policies import load_policy
 
 USAGE = "usage: python -m harness.evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
+HELP = f"""{USAGE}
+
+Play deterministic-policy episodes with a run's checkpoint, on the CPU, and print the mean and
+standard deviation of their returns.
+
+  RUN_DIR      a run directory (where config.yaml and checkpoints/ are)
+  episodes=N   how many episodes (default: the run's eval.episodes)
+  step=S       the checkpoint at step S, in frames (offline: gradient steps) (default: the newest valid one)
+  seed=K       the episodes' seed (default: the run's, which plays the episodes of its evaluations)
+  video=true   also write the first episode to RUN_DIR/videos/evaluate-step-<step>.mp4"""
 
 
 @dataclass
@@ -44,7 +54,7 @@ class Options:
 
 def parse(argv: list[str]) -> Options:
     """``RUN_DIR key=value ...``; an unknown key or a missing run directory is an error that says what is wrong."""
-    if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
+    if not argv or "=" in argv[0]:
         raise SystemExit(USAGE)
     options = Options(Path(argv[0]))
     try:
@@ -118,7 +128,11 @@ def run(options: Options) -> list[float]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    options = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:  # asked for, wherever it stands: not a mistake
+        print(HELP, flush=True)
+        return 0
+    options = parse(argv)
     if options.video:
         try:
             video.check_video_support()

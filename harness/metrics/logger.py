@@ -86,7 +86,7 @@ class MetricsLogger:
         if "tensorboard" in cfg.backends:
             from harness.metrics.tensorboard_sink import TensorBoardSink
 
-            self.sinks.append(TensorBoardSink(run_dir, step, resume_step))
+            self.sinks.append(TensorBoardSink(run_dir, step, resume_step, config))
         if "wandb" in cfg.backends:
             from harness.metrics.wandb_sink import WandbSink
 

@@ -5,7 +5,10 @@ steps), the same values as ``metrics.csv`` (TensorBoard keeps them as 32-bit
 floats; a ``nan``, a quantity with nothing to average over yet, is left out).
 A resumed run starts a new event file that tells TensorBoard to drop what
 earlier files hold past the checkpoint, as ``metrics.csv`` drops those rows.
-Videos appear under the Images tab, as animated GIFs.
+Videos appear under the Images tab, as animated GIFs. The run's config is a
+table under the Text tab (``hyperparameters``, as CleanRL writes it), from
+``config.yaml``: interpolations unresolved, so an ``${oc.env:...}`` secret
+shows as written, never as its value.
 
     tensorboard --logdir runs/           # every run under runs/, side by side
 """
@@ -15,20 +18,43 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 from harness.metrics import video
 
 log = logging.getLogger("harness")
 
 
+def flat(config: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"algo": {"lr": 0.001}}`` as ``{"algo.lr": 0.001}``."""
+    if not isinstance(config, dict):
+        return {prefix: config}
+    found: dict[str, Any] = {}
+    for key, value in config.items():
+        found.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def config_table(config: dict) -> str:
+    """A Markdown table of every setting, one row each, sorted by key."""
+    rows = ["|setting|value|", "|-|-|"]
+    for key, value in sorted(flat(config).items()):
+        cell = str(value).replace("|", "\\|")  # a | inside a value would end its cell
+        rows.append(f"|{key}|{cell}|")
+    return "\n".join(rows)
+
+
 class TensorBoardSink:
     """Scalars and videos for one run directory."""
 
-    def __init__(self, run_dir: Path, step: str = "frames", resume_step: int = 0):
+    def __init__(self, run_dir: Path, step: str = "frames", resume_step: int = 0, config: dict | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.step = step
         self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+        if config:  # at the step it applies from: a resumed run may have changed its budget or logging
+            self.writer.add_text("hyperparameters", config_table(config), resume_step)
+            self.writer.flush()
 
     def write(self, row: dict[str, float]) -> None:
         step = int(row[self.step])

@@ -51,7 +51,8 @@ class WandbSink:
                 id=run_id,
                 resume="allow",
                 mode=cfg.mode,
-                settings=wandb.Settings(console="off", init_timeout=cfg.init_timeout_s),
+                # Offline, quiet: wandb's own footer would print the `wandb sync` command beside ours (close).
+                settings=wandb.Settings(console="off", init_timeout=cfg.init_timeout_s, quiet=cfg.mode == "offline"),
             )
             id_file.write_text(run_id)
             # Charts against env frames (offline: gradient steps), so a resumed run's rows land where they belong.

@@ -55,7 +55,8 @@ def wandb_history(run_dir: Path) -> list[dict]:
 def test_offline_wandb_run_holds_the_logged_metrics(workdir):
     out = run_harness([*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=3)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "wandb sync " in out.stdout  # how to upload it later
+    said = out.stdout + out.stderr
+    assert "wandb sync " in out.stdout and said.count("wandb sync ") == 1, said[-3000:]  # how to upload it later: once
     history = wandb_history(workdir / "run")
     assert [row["frames"] for row in history] == [256, 512, 768, 1024]
     for key in (
