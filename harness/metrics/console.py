@@ -26,25 +26,29 @@ from rich.text import Text
 
 class Figures:
     """The latest figures of a run, kept across rows: an evaluation return
-    stays shown until the next evaluation."""
+    stays shown until the next evaluation. The final weights' evaluation
+    (``eval/final_return``, the last row's) is the latest one. With
+    ``sync=none`` the version gap (``sync/version_gap``: the versions the
+    collectors never got) stands where the policy lag, always 0 there, would."""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
+        self.eval_final = False  # the evaluation return shown is the final weights'
 
     def update(self, row: dict[str, float]) -> None:
-        for key in ("train/episode_return", "eval/return", "collect/policy_lag_mean"):
+        for key in ("train/episode_return", "eval/return", "eval/final_return", "collect/policy_lag_mean", "sync/version_gap"):
             value = row.get(key)
             if value is not None and not math.isnan(value):
-                self.values[key] = value
+                self.values["eval/return" if key == "eval/final_return" else key] = value
+                if key.startswith("eval/"):
+                    self.eval_final = key == "eval/final_return"
 
     def text(self) -> str:
-        """``return 23.5 | eval 480.0 | lag 0.00``, each part once it is known."""
+        """``return 23.5 | eval 480.0 | lag 0.00`` (``sync=none``: ``gap 16``), each part once it is known."""
         parts = []
-        for key, label, fmt in (
-            ("train/episode_return", "return", ".1f"),
-            ("eval/return", "eval", ".1f"),
-            ("collect/policy_lag_mean", "lag", ".2f"),
-        ):
+        frozen = "sync/version_gap" in self.values
+        lag = ("sync/version_gap", "gap", ".0f") if frozen else ("collect/policy_lag_mean", "lag", ".2f")
+        for key, label, fmt in (("train/episode_return", "return", ".1f"), ("eval/return", "eval", ".1f"), lag):
             if key in self.values:
                 parts.append(f"{label} {self.values[key]:{fmt}}")
         return " | ".join(parts)

@@ -12,7 +12,7 @@ import csv
 import time
 from pathlib import Path
 
-from harness.metrics.console import make_console
+from harness.metrics.console import Figures, make_console
 
 
 class CSVLog:
@@ -83,6 +83,7 @@ class MetricsLogger:
         self.start = time.monotonic() - resumed_s
         self.sinks: list = [csv_log]
         self.console = make_console(total, step, (resume_step, resumed_s)) if cfg.console else None
+        self.figures = Figures()  # the latest returns, for the summary at the end (console or not)
         if "tensorboard" in cfg.backends:
             from harness.metrics.tensorboard_sink import TensorBoardSink
 
@@ -100,13 +101,18 @@ class MetricsLogger:
             if hasattr(sink, "close"):
                 sink.close()
 
+    def seconds(self) -> float:
+        """The run's clock: ``time_s`` of a row written now."""
+        return time.monotonic() - self.start
+
     def tick(self, step: int) -> None:
         """Between rows, after every update: move the progress bar."""
         if self.console is not None:
             self.console.tick(step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        row = {self.step: step, "time_s": round(time.monotonic() - self.start, 3), **metrics}
+        row = {self.step: step, "time_s": round(self.seconds(), 3), **metrics}
+        self.figures.update(row)
         for sink in self.sinks:
             sink.write(row)
         if self.console is not None:

@@ -38,7 +38,7 @@ from harness.distributed.topology import Layout
 from harness.distributed.trainers import any_of, meet
 from harness.metrics.logger import MetricsLogger
 from harness.metrics.stats import EvalStats, RolloutStats
-from harness.roles import loops
+from harness.roles import loops, report
 from harness.roles.evaluator import evaluate_final
 from harness.roles.rows import RowClock
 from harness.roles.sources import connect
@@ -76,6 +76,7 @@ class Trainer:
         self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
         self.resumed_from = self._resume()
         self.published = -1  # newest version sent
+        self.first_version = self.progress.version  # the run's first publish sends it
         self.changed = False  # the weights learned since the last publish: the next one is a new version
         self.saved_at = -1  # step of the newest checkpoint written
         self.connected = connect(cfg, layout, groups, self.algo, self.progress.frames)
@@ -86,6 +87,7 @@ class Trainer:
             saved = run_dir / "config.yaml"
             config = cast(dict, OmegaConf.to_container(OmegaConf.load(saved), resolve=False)) if saved.exists() else {}
             self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit)
+            report.warn_frozen_weights(self.algo, self.publisher)
         self.stats = RolloutStats()
         self.eval_stats = EvalStats()
         self.rows = RowClock(self.step, cfg.logger.log_every_frames, self.progress.frames, self.progress.updates)
@@ -219,9 +221,8 @@ class Trainer:
         if self.asked and not self.done:
             self.preempted = True
             if self.layout.rank == 0:
-                why = "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
-                resume = f"Resume: the same command with run_dir={self.run_dir}"
-                log.warning("%s at %s %d: checkpoint written. %s", why, self.unit, self.step, resume)
+                resume = report.resume_hint(self.run_dir)
+                log.warning("%s at %s %d: checkpoint written. Resume: %s", report.stop_reason(), self.unit, self.step, resume)
         if self.rows.due(self.step) or self.stopping:
             self.meet(f"to log at {self.unit} {self.step}")
             stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
@@ -241,6 +242,7 @@ class Trainer:
         """Trainer 0 writes ``row`` with the newest version published and the update count."""
         if self.logger is not None:
             self.last_row = {**row, "sync/version": self.progress.version, "train/updates": self.progress.updates}
+            self.last_row.update(report.version_gap(self.publisher, self.progress.version, self.first_version))
             self.logger.log(self.step, self.last_row)
 
     def header(self, stop: bool = False) -> Header:
@@ -286,6 +288,8 @@ class Trainer:
                 self.publisher.close()
             if self.logger is not None:
                 self.logger.close()
+        if self.logger is not None:  # the run finished or was stopped: say so, and what comes next
+            print(report.summary(self.logger, self.run_dir, self.step, self.total, self.done, self.offline), flush=True)
         return self.last_row
 
 

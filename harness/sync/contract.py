@@ -136,6 +136,7 @@ class WeightPublisher(abc.ABC):
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.payload_bytes = 0  # size of one publish, known after connect
+        self.delivers_weights = True  # False: only the header travels (sync=none), collectors keep their weights
 
     @abc.abstractmethod
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:

@@ -39,6 +39,7 @@ class Publisher(WeightPublisher):
         self.sinks, self.group, self.wire_dtype, self.device = sinks, handshake_group, wire_dtype, device
         self.after_open = after_open  # e.g. tell readers the names of the segments the sinks made
         self.header_only = header_only  # sync=none: only the header travels
+        self.delivers_weights = not header_only
 
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models

@@ -127,13 +127,15 @@ def test_progress_is_one_plain_line_per_row_without_a_terminal(evaluated_run):
     assert not CONTROL.search(out.stdout + out.stderr), repr((out.stdout + out.stderr)[-2000:])
     lines = [LINE.fullmatch(line) for line in out.stdout.splitlines() if line.startswith("frames ")]
     assert len(lines) == len(table) == 4 and all(lines), out.stdout
-    shown = None  # an evaluation's return stays on the line until the next evaluation
+    shown = None  # an evaluation's return stays on the line until the next one; the final weights' is the last
     for line, row in zip(lines, table):
         assert int(line["done"].replace(",", "")) == int(row["frames"])
         assert float(line["percent"]) == pytest.approx(100 * int(row["frames"]) / 1024, abs=0.05)
         assert line["ret"] == f"{float(row['train/episode_return']):.1f}"
-        shown = f"{float(row['eval/return']):.1f}" if row.get("eval/return") else shown
+        for key in ("eval/return", "eval/final_return"):
+            shown = f"{float(row[key]):.1f}" if row.get(key) else shown
         assert line["eval"] == shown
+    assert shown == f"{float(table[-1]['eval/final_return']):.1f}"
 
 
 @pytest.mark.unit
@@ -200,6 +202,9 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     saved = checkpoint.checkpoint_dir(run_dir) / f"step-{step:012d}"
     assert checkpoints(run_dir) == [saved] and checkpoint.intact(saved) and step >= before  # written after the Ctrl-C
     assert last_frames(run_dir) == step  # the stop's own row
+    # The run's last words: how far it got, and the command that resumes it (after the bar, in plain text).
+    assert re.search(rf"run stopped \(interrupted \(Ctrl-C\)\): frames {step:,} of 100,000,000, trained for ", text), text[-3000:]
+    assert f"  resume:   the same command with run_dir={where}" in text and text.count("run stopped") == 1, text[-3000:]
 
     with terminal(command, workdir) as second:
         wait_for(lambda: last_frames(run_dir) > step or second.exited(), 180, "a row after the resumed checkpoint")

@@ -1,0 +1,99 @@
+"""What trainer 0 tells the user about a run as a whole: a warning at its
+start where the config defeats the algorithm, and a summary at its end.
+
+The summary is one short block, plain text (a log file reads it as a terminal
+does), printed once the progress bar is gone, when the run finished or was
+stopped (a signal, a collector's preemption): how far it got, in how long, the
+latest returns, the run directory, and the commands that come next, ready to
+paste: plot it, evaluate its checkpoint, resume it (or train on).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from harness.algos import Algorithm
+from harness.algos.offpolicy import OffPolicyAlgorithm
+from harness.distributed import signals
+from harness.metrics.console import Figures, clock
+from harness.metrics.logger import MetricsLogger
+from harness.sync import WeightPublisher
+
+log = logging.getLogger("harness")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: scripts/plot.sh
+
+
+def stop_reason() -> str:
+    """Why a run that did not finish stopped."""
+    return "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
+
+
+def resume_hint(run_dir: Path) -> str:
+    """How to continue a stopped run: every launch of the same command with
+    its run directory resumes from the newest checkpoint there."""
+    return f"the same command with run_dir={shlex.quote(str(run_dir))}"
+
+
+def warn_frozen_weights(algo: Algorithm, publisher: WeightPublisher | None) -> None:
+    """Trainer 0, at start-up: an on-policy algorithm whose collectors never
+    get new weights (``sync=none``) learns from frames its weights did not choose."""
+    on_policy = not algo.offline and not isinstance(algo, OffPolicyAlgorithm)
+    if publisher is not None and not publisher.delivers_weights and on_policy:
+        log.warning(
+            "sync=none: the collectors keep the weights they start with, but algo=%s learns on-policy: after its first "
+            "update it learns from frames an older policy chose (the progress line's 'gap' counts the versions the "
+            "collectors missed). Use sync=gloo or sync=shm to train; sync=none is for fixed-policy tests",
+            algo.cfg.name,
+        )
+
+
+def version_gap(publisher: WeightPublisher | None, version: int, first_version: int) -> dict[str, float]:
+    """Trainer 0's row: with ``sync=none``, ``sync/version_gap``, the versions the
+    collectors never got (they act with what they had when ``first_version`` went
+    out; their policy lag, counted against the headers they do get, stays 0); else nothing."""
+    if publisher is None or publisher.delivers_weights:
+        return {}
+    return {"sync/version_gap": version - first_version}
+
+
+def python() -> str:
+    """``python`` where that is this interpreter (its packages: the harness's), else its path."""
+    found = shutil.which("python")
+    return "python" if found and Path(found).absolute() == Path(sys.executable).absolute() else sys.executable
+
+
+def returns_text(figures: Figures) -> str | None:
+    """``train 55.2 | eval 500.0 (final weights)``: the latest of each that there was."""
+    values, parts = figures.values, []
+    if "train/episode_return" in values:
+        parts.append(f"train {values['train/episode_return']:.1f}")
+    if "eval/return" in values:
+        parts.append(f"eval {values['eval/return']:.1f} ({'final weights' if figures.eval_final else 'latest evaluation'})")
+    return " | ".join(parts) or None
+
+
+def summary(logger: MetricsLogger, run_dir: Path, step: int, total: int, finished: bool, offline: bool) -> str:
+    """The block that ends a run at ``step`` of ``total``."""
+    unit = logger.step.replace("_", " ")
+    ended = "run finished" if finished else f"run stopped ({stop_reason()})"
+    seconds = logger.seconds()  # the run's clock (metrics.csv's time_s): a resumed run's earlier launches count
+    took = f"{seconds:.1f} s" if seconds < 60 else clock(seconds)
+    lines = [f"{ended}: {unit} {step:,} of {total:,}, trained for {took}"]
+    if returns := returns_text(logger.figures):
+        lines.append(f"  return:   {returns}")
+    where = shlex.quote(str(run_dir))
+    lines.append(f"  run_dir:  {where}")
+    plot = ROOT / "scripts" / "plot.sh"
+    if plot.exists():  # a checkout's, not an installed package's
+        lines.append(f"  plot:     {shlex.quote(str(plot))} {where} --out {shlex.quote(str(run_dir / 'curves.png'))}")
+    lines.append(f"  evaluate: {shlex.quote(python())} -m harness.evaluate {where}")
+    if finished:
+        budget = "algo.gradient_steps" if offline else "collector.total_frames"
+        lines.append(f"  train on: {resume_hint(run_dir)} {budget}={2 * total}")
+    else:
+        lines.append(f"  resume:   {resume_hint(run_dir)}")
+    return "\n".join(lines)
