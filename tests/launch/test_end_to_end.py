@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers import rows, run_harness
 from omegaconf import OmegaConf
@@ -30,7 +32,7 @@ def test_torchrun_default_run_dir_is_shared_and_named_after_the_job(workdir):
     out = run_harness(["debug=tiny", "sync=none"], workdir, nproc=2)
     assert out.returncode == 0, out.stderr[-3000:]
     dirs = list((workdir / "runs").iterdir())
-    assert len(dirs) == 1 and dirs[0].name.startswith("ppo-CartPole-v1-")
+    assert len(dirs) == 1 and re.fullmatch(r"\d{8}-\d{6}-ppo-CartPole-v1-seed1", dirs[0].name), dirs
     assert (dirs[0] / "metrics.csv").exists()
 
 
