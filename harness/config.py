@@ -43,7 +43,7 @@ class TrainerConfig:
     """Where trainer ranks compute (harness/distributed/placement.py)."""
 
     device: str = "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
-    threads: str = "auto"  # auto: the node's cores left after one per collector, shared by its trainers
+    threads: str = "auto"  # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left after one per collector, shared by its trainers
 
     def __post_init__(self) -> None:
         check_placement("trainer", self.device, self.threads)
@@ -62,7 +62,7 @@ class CollectorConfig:
     frames_per_batch: int = 256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
     device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
-    threads: str = "auto"  # auto: one per collector
+    threads: str = "auto"  # auto: OMP_NUM_THREADS if set, else one per collector
     max_env_restarts: int = 3  # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up to this many times per env
     check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
     env_step_timeout_s: float = 60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound

@@ -32,10 +32,10 @@ def stop_reason() -> str:
     return "interrupted (Ctrl-C)" if signals.interrupted() else "preempted"
 
 
-def resume_hint(run_dir: Path) -> str:
-    """How to continue a stopped run: every launch of the same command with
-    its run directory resumes from the newest checkpoint there."""
-    return f"the same command with run_dir={shlex.quote(str(run_dir))}"
+def resume_hint(run_dir: Path, run_name: str | None) -> str:
+    """How to continue a stopped run: every launch of the same command with its run directory resumes
+    from the newest checkpoint there; ``run_name=`` names it already, a default name is the launch's time."""
+    return "the same command" if run_name else f"the same command with run_dir={shlex.quote(str(run_dir))}"
 
 
 def warn_frozen_weights(algo: Algorithm, publisher: WeightPublisher | None) -> None:
@@ -76,7 +76,16 @@ def returns_text(figures: Figures) -> str | None:
     return " | ".join(parts) or None
 
 
-def summary(logger: MetricsLogger, run_dir: Path, step: int, total: int, finished: bool, offline: bool) -> str:
+def print_summary(
+    logger: MetricsLogger, run_dir: Path, run_name: str | None, step: int, total: int, finished: bool, offline: bool
+) -> None:
+    """:func:`summary`, printed at once: the last thing the run says."""
+    print(summary(logger, run_dir, run_name, step, total, finished, offline), flush=True)
+
+
+def summary(
+    logger: MetricsLogger, run_dir: Path, run_name: str | None, step: int, total: int, finished: bool, offline: bool
+) -> str:
     """The block that ends a run at ``step`` of ``total``."""
     unit = logger.step.replace("_", " ")
     ended = "run finished" if finished else f"run stopped ({stop_reason()})"
@@ -93,7 +102,7 @@ def summary(logger: MetricsLogger, run_dir: Path, step: int, total: int, finishe
     lines.append(f"  evaluate: {shlex.quote(python())} -m harness.evaluate {where}")
     if finished:
         budget = "algo.gradient_steps" if offline else "collector.total_frames"
-        lines.append(f"  train on: {resume_hint(run_dir)} {budget}={2 * total}")
+        lines.append(f"  train on: {resume_hint(run_dir, run_name)} {budget}={2 * total}")
     else:
-        lines.append(f"  resume:   {resume_hint(run_dir)}")
+        lines.append(f"  resume:   {resume_hint(run_dir, run_name)}")
     return "\n".join(lines)

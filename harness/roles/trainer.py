@@ -221,7 +221,7 @@ class Trainer:
         if self.asked and not self.done:
             self.preempted = True
             if self.layout.rank == 0:
-                resume = report.resume_hint(self.run_dir)
+                resume = report.resume_hint(self.run_dir, self.cfg.run_name)
                 log.warning("%s at %s %d: checkpoint written. Resume: %s", report.stop_reason(), self.unit, self.step, resume)
         if self.rows.due(self.step) or self.stopping:
             self.meet(f"to log at {self.unit} {self.step}")
@@ -289,7 +289,7 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         if self.logger is not None:  # the run finished or was stopped: say so, and what comes next
-            print(report.summary(self.logger, self.run_dir, self.step, self.total, self.done, self.offline), flush=True)
+            report.print_summary(self.logger, self.run_dir, self.cfg.run_name, self.step, self.total, self.done, self.offline)
         return self.last_row
 
 

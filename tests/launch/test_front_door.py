@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, launch_env, wait_for
@@ -69,9 +70,18 @@ def test_help_prints_once_and_says_what_every_setting_of_the_composition_means(w
     assert not any(line.startswith(("  common ", "  tuned ")) for line in out.stdout.splitlines())
 
 
+def importing_torch(pid: int) -> bool:
+    """Past the interpreter's own start (Ctrl-C there is Python's, before any harness code runs): torch's
+    libraries are mapped. (A worker that ended meanwhile counts: the launcher has more to say then.)"""
+    try:
+        return "/torch/" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return True
+
+
 def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(workdir):
     # A terminal's Ctrl-C reaches the launcher (torchrun starts its workers in sessions of their own),
-    # which passes it on; here it comes while the workers are still importing torch.
+    # which passes it on; here it comes while the workers import torch, seconds that a Ctrl-C often falls in.
     job = subprocess.Popen(
         [TRAIN_SH, "debug=tiny", f"run_dir={workdir / 'run'}"],
         cwd=workdir,
@@ -81,7 +91,9 @@ def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(w
         text=True,
         start_new_session=True,
     )
-    wait_for(lambda: len(children(job.pid)) == 3, 120, "torchrun's 3 workers")
+    wait_for(
+        lambda: len(workers := children(job.pid)) == 3 and all(map(importing_torch, workers)), 120, "3 workers importing torch"
+    )
     job.send_signal(signal.SIGINT)
     out, _ = job.communicate(timeout=120)
     assert job.returncode == 128 + signal.SIGINT, out[-3000:]
