@@ -1,8 +1,8 @@
 """Evaluate a trained run: ``python -m harness.evaluate RUN_DIR [key=value ...]``.
 
-    python -m harness.evaluate runs/ppo-CartPole-v1-abc                # the newest valid checkpoint
-    python -m harness.evaluate runs/ppo-CartPole-v1-abc episodes=20 video=true
-    python -m harness.evaluate runs/ppo-CartPole-v1-abc step=100352 seed=7
+    python -m harness.evaluate runs/cartpole                # the newest valid checkpoint
+    python -m harness.evaluate runs/cartpole episodes=20 video=true
+    python -m harness.evaluate runs/cartpole step=100352 seed=7
 
 Loads the run's newest valid checkpoint (or the one at ``step``) onto the
 CPU, wherever it was trained, runs deterministic-policy episodes and prints

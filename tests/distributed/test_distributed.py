@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -44,15 +45,17 @@ def shared_dir(rank, world):
     init_distributed(layout, 20)
     if rank == 1:  # a clock that reads another second, were each rank's clock read
         time.strftime = lambda *args: "19700101-000000"
-    return str(resolve_run_dir(None, "runs", "ppo-CartPole-v1", layout))
+    return str(resolve_run_dir(None, "runs", None, "ppo-CartPole-v1-seed1", layout))
 
 
 def test_every_rank_gets_the_same_run_dir(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.delenv("HARNESS_LAUNCH_STAMP", raising=False)
     results = run_ranks(shared_dir, 3)
     dirs = {value for _, value in results.values()}
-    assert len(dirs) == 1 and next(iter(dirs)).startswith("runs/ppo-CartPole-v1-"), results
+    assert len(dirs) == 1, results  # rank 0's clock, told to the others (rank 1's reads 1970)
+    assert re.fullmatch(r"runs/20\d{6}-\d{6}-ppo-CartPole-v1-seed1", next(iter(dirs))), results
 
 
 def template():
