@@ -11,9 +11,11 @@ mistake's traceback too.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -111,3 +113,12 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
         if _tracebacks:
             raise
         refuse(e)
+    except Exception:
+        # A failure, not a mistake: its traceback, then out at once. Python's own exit would free the process
+        # groups in its garbage collector, where gloo's destructor joins threads that wait on peers' pending
+        # sends: a collector whose env raised kept its trainer waiting dist_timeout_s for a batch never sent.
+        traceback.print_exc()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

@@ -110,3 +110,6 @@ def test_a_failure_that_is_not_a_mistake_keeps_its_traceback_and_torchruns_repor
     assert out.returncode not in (0, 2), said[-3000:]
     assert "Traceback" in said and "simulated crash at step 5" in said, said[-3000:]
     assert "failed (exitcode: 1)" in said, said[-3000:]  # torchrun's own report, held while the job ran
+    # The collectors end at once (they used to wait for the trainer's pending sends while exiting),
+    # so the trainer learns that they are gone rather than waiting out dist_timeout_s.
+    assert "that collector is gone" in said and "no answer in" not in said, said[-3000:]
