@@ -24,7 +24,7 @@ from harness.metrics.logger import MetricsLogger
 from harness.sync import WeightPublisher
 
 log = logging.getLogger("harness")
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: scripts/plot.sh
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, whose scripts/ the summary names
 
 
 def stop_reason() -> str:
