@@ -138,16 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         # checkpoint at their next safe point and say so, then raises it here. It is not a failure
         # to report with a traceback; the status says which signal ended the job.
         return 128 + int(e.sigval)
-    except ChildFailedError as e:
+    except Exception as e:
         if _presses:  # workers stopped by Ctrl-C during start-up: the agent calls that a failure
             return INTERRUPTED
-        if any(failure.exitcode == USAGE_ERROR for failure in e.failures.values()):
+        if isinstance(e, ChildFailedError) and any(f.exitcode == USAGE_ERROR for f in e.failures.values()):
             return USAGE_ERROR  # a mistake in the command, which rank 0 has said
-        held.release()
-        raise
-    except Exception:
-        if _presses:
-            return INTERRUPTED
         held.release()
         raise
     held.release()

@@ -33,6 +33,7 @@ from harness import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
 from harness.distributed.topology import Layout
+from harness.metrics.flat import flat
 from harness.roles.state import check_init_from
 from harness.run_lock import LOCK_NAME
 
@@ -73,13 +74,6 @@ class RunDirError(ValueError):
 def restarted() -> bool:
     """This process is a restarted attempt of a launch that already ran here."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 or int(os.environ.get("SLURM_RESTART_COUNT", 0)) > 0
-
-
-def flat(config: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"algo.lr": 3e-4, ...}``: every leaf of a nested dict under its dotted key."""
-    if not isinstance(config, dict):
-        return {prefix: config}
-    return {key: value for k, v in config.items() for key, value in flat(v, f"{prefix}.{k}" if prefix else str(k)).items()}
 
 
 def schema_defaults(algo: str) -> dict[str, Any]:
@@ -154,20 +148,20 @@ def move_aside(run_dir: Path) -> Path:
     return aside
 
 
-def check(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
+def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     """On every rank, before anything is written: may this launch use
     ``run_dir``? Returns whether it resumes an earlier run. Raises
     :class:`RunDirError` naming the fix when it may not; and, when a new run
     starts from ``checkpoint.init_from``, a ``CheckpointMismatchError`` when
     that checkpoint's networks do not fit this run's."""
-    resumes = admits(cfg, raw, run_dir)
+    resumes = admits(cfg, raw, run_dir, layout)
     anew = (cfg.checkpoint.start_over and not restarted()) or not any(checkpoint.checkpoint_dir(run_dir).glob("step-*"))
     if cfg.checkpoint.init_from and anew:
         check_init_from(cfg)
     return resumes
 
 
-def admits(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
+def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     """:func:`check`'s verdict on the directory itself."""
     used = used_by_an_earlier_run(run_dir)
     if not used or restarted():
@@ -200,16 +194,11 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path) -> bool:
                 f"{' (checkpoint.init_from starts a new run)' if new_start else ''}. Use another run_name= "
                 "(or run_dir=) for a new run, or checkpoint.start_over=true to move the old run aside"
             )
-    refuse_another_layout(cfg, run_dir, launch_layout(cfg))
+    refuse_another_layout(cfg, run_dir, layout)
     return True
 
 
 LAYOUT_FILE = "layout.json"  # the ranks a run started with: what its updates learn from
-
-
-def launch_layout(cfg: Config) -> Layout:
-    """This launch's ranks, from torchrun's (or SLURM's, which ``harness.train`` turned into torchrun's) variables."""
-    return Layout.from_env(cfg.topology.trainers)
 
 
 def layout_record(layout: Layout) -> dict[str, int]:
@@ -253,7 +242,7 @@ def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
     )
 
 
-def prepare(cfg: Config, raw: DictConfig, run_dir: Path) -> None:
+def prepare(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> None:
     """Trainer 0, once the checks passed: move an old run aside if asked, then
     save this launch's config (unresolved, so no secret is written out) and,
     for a new run, its layout (a resume keeps the one the run started with)."""
@@ -262,4 +251,4 @@ def prepare(cfg: Config, raw: DictConfig, run_dir: Path) -> None:
         print(f"run_dir: the earlier run's files are now in {aside}", flush=True)
     OmegaConf.save(raw, run_dir / "config.yaml", resolve=False)
     if not (run_dir / LAYOUT_FILE).exists():
-        (run_dir / LAYOUT_FILE).write_text(json.dumps(layout_record(launch_layout(cfg))) + "\n")
+        (run_dir / LAYOUT_FILE).write_text(json.dumps(layout_record(layout)) + "\n")

@@ -31,7 +31,7 @@ from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.placement import check_devices, describe_all, place
-from harness.distributed.setup import SWEEP_JOB, Groups, init_distributed, resolve_run_dir, shutdown_distributed
+from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.evaluator import run_evaluator
@@ -88,7 +88,7 @@ def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) ->
     lock = claim(layout, run_dir)
     try:
         # Every rank, before anything is written: a refused launch changes nothing.
-        if run_directory.check(cfg, raw, run_dir):
+        if run_directory.check(cfg, raw, run_dir, layout):
             cfg.checkpoint.resume = True  # an earlier attempt of this launch ran here: continue it
         if not layout.single_process:
             # Every rank has checked before rank 0 writes config.yaml: a rank that checks later
@@ -96,7 +96,7 @@ def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) ->
             dist.barrier()
         if layout.rank == 0:
             check_writable(run_dir)
-            run_directory.prepare(cfg, raw, run_dir)
+            run_directory.prepare(cfg, raw, run_dir, layout)
     except BaseException:
         if lock is not None:  # a sweep's next job in this process may want it
             lock.release()
@@ -104,17 +104,17 @@ def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) ->
     return lock
 
 
-def sweep_defaults(cfg: Config) -> None:
+def sweep_defaults(cfg: Config) -> int:
     """What Hydra knows and the config does not: a multirun job's own directory
-    (``hydra.sweep.dir``/``subdir``) as its default run directory, its number
-    (the ranks meet anew for each job, under keys of its own: ``setup.SWEEP_JOB``),
-    and the experiment preset's name as the default wandb group, which a sweep's runs share."""
+    (``hydra.sweep.dir``/``subdir``) as its default run directory, and the
+    experiment preset's name as the default wandb group, which a sweep's runs share.
+    Returns the sweep job's number (0 outside a sweep): the ranks meet anew for each job."""
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    os.environ[SWEEP_JOB] = str(hydra_cfg.job.num if multirun else 0)
     if not cfg.run_dir and multirun:
         cfg.run_dir = hydra_cfg.runtime.output_dir
     cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.algo_env
+    return hydra_cfg.job.num if multirun else 0
 
 
 def tuned_settings(raw: DictConfig) -> str | None:
@@ -164,7 +164,7 @@ def main(raw: DictConfig) -> None:
     with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
         cfg = load(raw)  # every value checked before any process group exists
         check_dataset(cfg)
-        sweep_defaults(cfg)
+        sweep_job = sweep_defaults(cfg)
         os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
         layout = Layout.from_env(cfg.topology.trainers)
         scheme = SCHEMES[cfg.sync.name]
@@ -184,7 +184,7 @@ def main(raw: DictConfig) -> None:
         if not layout.single_process:
             # The scheme's own groups wait as long as the harness's longest wait on the weights.
             wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
-            groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s)
+            groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s, sweep_job)
         run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, f"{cfg.algo_env}-seed{cfg.seed}", layout).resolve()
         cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
         with cli.user_errors():  # a run directory that is not this run's: refused on every rank, said by rank 0

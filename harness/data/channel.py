@@ -89,7 +89,7 @@ class BatchSender:
         except RuntimeError as e:
             raise ChannelError(
                 f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer}: "
-                f"{wait.ended(e).replace('the peer', 'the trainer', 1)}. See its log{wait.advice('it is only stalled')}. "
+                f"{wait.ended(e, 'the trainer')}. See its log{wait.advice('it is only stalled')}. "
                 f"Cause: {e}"
             ) from e
 
@@ -117,7 +117,7 @@ class BatchReceiver:
         """Collector ``c``'s batch did not come: ``wait`` says for how long, and whether it is gone."""
         return ChannelError(
             f"rank {self.rank} (trainer) got no batch from collector rank {c}: "
-            f"{wait.ended(cause).replace('the peer', 'that collector', 1)}. See its log{wait.advice('it is only stalled')}. "
+            f"{wait.ended(cause, 'that collector')}. See its log{wait.advice('it is only stalled')}. "
             f"Cause: {cause}"
         )
 
@@ -144,7 +144,7 @@ class BatchReceiver:
         works = {c: self._post(c, wait) for c in self.collectors}
         for c, work in works.items():
             try:
-                work.wait(timedelta(seconds=max(wait.timeout_s - wait.seconds, 0.001)))
+                work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
             except RuntimeError as e:
                 raise self._error(c, e, wait) from e
         return [self._seen(c, self.buffers[c]) for c in self.collectors]

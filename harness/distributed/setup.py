@@ -20,8 +20,6 @@ from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.topology import Layout
 from harness.distributed.waits import Wait
 
-SWEEP_JOB = "HARNESS_SWEEP_JOB"  # a Hydra sweep's job number (hydra.job.num), set by harness.train for each job
-
 
 @dataclass
 class Groups:
@@ -44,14 +42,15 @@ class Groups:
         return sorted(leaders.values())
 
 
-def join(layout: Layout, timeout_s: float, role: str | None = None) -> dist.Store:
+def join(layout: Layout, timeout_s: float, role: str | None = None, sweep_job: int = 0) -> dist.Store:
     """Join the job's default (Gloo) group, every collective bounded by
     ``timeout_s``; the ranks that never came are named in the error.
+    ``sweep_job``: a Hydra sweep's job number (each job of a sweep meets anew).
     Returns the job's store (roll calls: :mod:`harness.distributed.roll_call`)."""
     timeout = timedelta(seconds=timeout_s)
     who = f"rank {layout.rank} ({role or layout.role})"
     where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-    store = _job_store(layout, timeout, who, where)
+    store = _job_store(layout, timeout, who, where, sweep_job)
     joined = RollCall(store, "joined")
     joined.mark(layout.rank)
     wait = Wait(timeout_s, "dist_timeout_s")
@@ -85,14 +84,15 @@ def init_distributed(
     scheme: Optional[SchemeGroups] = None,
     device: Optional[torch.device | str] = None,
     wait_s: Optional[float] = None,
+    sweep_job: int = 0,
 ) -> Groups:
     """Join the job's default group, learn every rank's node, then make one
     group per channel (every rank creates every group, in the same order), and
     the groups ``scheme`` makes for itself. ``device``: this rank's GPU, if its
     placement gave it one; ``wait_s``: the longest wait the harness bounds itself
-    on the scheme's groups (default ``timeout_s``).
+    on the scheme's groups (default ``timeout_s``); ``sweep_job``: as :func:`join`'s.
     """
-    store = join(layout, timeout_s)
+    store = join(layout, timeout_s, sweep_job=sweep_job)
     timeout = timedelta(seconds=timeout_s)
     gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(layout.world_size)]
     dist.all_gather(gathered, torch.tensor([layout.node_rank]))
@@ -109,7 +109,7 @@ def init_distributed(
     return groups
 
 
-def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist.Store:
+def _job_store(layout: Layout, timeout: timedelta, who: str, where: str, sweep_job: int) -> dist.Store:
     """The store every rank meets at: under torchrun, one whose keys are
     private to this restart attempt; else (``srun``, spawned ranks) one that
     rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, without waiting for the
@@ -120,8 +120,8 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist
     are dead now; new ranks would read those and fail with "connection
     refused". Prefixing every key with the attempt number keeps attempts apart.
     A Hydra sweep (``-m``) runs its jobs one after another in the same ranks,
-    each job joining anew: the sweep job's number (``SWEEP_JOB``, which
-    ``harness.train`` sets) keeps the jobs apart in the same way.
+    each job joining anew: the sweep job's number keeps the jobs apart in
+    the same way.
     """
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     agent_hosts_store = attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
@@ -140,7 +140,7 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str) -> dist
             f"{'its torchrun agent' if agent_hosts_store else 'rank 0, which hosts it,'} never started or cannot be "
             f"reached from here. Cause: {e}"
         ) from e
-    return dist.PrefixStore(f"harness/attempt-{attempt or 0}/job-{os.environ.get(SWEEP_JOB, 0)}", store)
+    return dist.PrefixStore(f"harness/attempt-{attempt or 0}/job-{sweep_job}", store)
 
 
 def shutdown_distributed() -> None:

@@ -51,13 +51,18 @@ class Wait:
         """It waited its whole limit (a clock's grain less): slow or stalled, not failed."""
         return self.seconds >= 0.99 * self.timeout_s
 
-    def ended(self, cause: object) -> str:
+    @property
+    def remaining(self) -> float:
+        """Seconds left of its limit (negative once it ran out)."""
+        return self.timeout_s - self.seconds
+
+    def ended(self, cause: object, peer: str = "the peer") -> str:
         """How it ended, for an error message: ``the peer is gone (the connection
-        was closed), 0.4 s in``, ``no answer in 60.0 s (dist_timeout_s=60)``, or
-        ``failed after 0.4 s (its limit: 60 s)``."""
+        was closed), 0.4 s in`` (``peer``: who was waited for), ``no answer in
+        60.0 s (dist_timeout_s=60)``, or ``failed after 0.4 s (its limit: 60 s)``."""
         gone = peer_gone(cause)
         if gone is not None:
-            return f"the peer is gone ({gone}), {self.seconds:.1f} s in"
+            return f"{peer} is gone ({gone}), {self.seconds:.1f} s in"
         if self.ran_out:
             limit = f"{self.setting}={self.timeout_s:g}" if self.setting else f"its limit: {self.timeout_s:g} s"
             return f"no answer in {self.seconds:.1f} s ({limit})"

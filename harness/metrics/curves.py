@@ -20,6 +20,8 @@ from typing import Optional
 import numpy as np
 from omegaconf import OmegaConf
 
+from harness.metrics.flat import flat
+
 # Where a run went and what it is called, not how it learns: runs that differ only here are one group.
 NAMING_KEYS = frozenset(
     {"seed", "run_dir", "run_name", "runs_root", "logger.name", "logger.group", "logger.tags", "logger.project", "logger.entity"}
@@ -120,21 +122,10 @@ def load_run(run_dir: Path) -> Run:
         return Run(run_dir, step, columns, None)
     # Unresolved: config.yaml keeps ${oc.env:...} secrets as written, and they need not resolve here.
     tree = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
-    flat = flatten(tree if isinstance(tree, dict) else {})
-    config = {k: v for k, v in flat.items() if k not in NAMING_KEYS}
-    return Run(run_dir, step, columns, config, flat.get("seed"))
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
-    """``{"algo": {"lr": 1}}`` -> ``{"algo.lr": 1}``; lists become tuples (comparable, printable)."""
-    flat: dict[str, object] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = tuple(value) if isinstance(value, list) else value
-    return flat
+    # Lists as tuples: comparable and printable.
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in flat(tree if isinstance(tree, dict) else {}).items()}
+    config = {k: v for k, v in settings.items() if k not in NAMING_KEYS}
+    return Run(run_dir, step, columns, config, settings.get("seed"))
 
 
 def describe_seeds(seeds: list) -> str:

@@ -18,21 +18,11 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
 
 from harness.metrics import video
+from harness.metrics.flat import flat
 
 log = logging.getLogger("harness")
-
-
-def flat(config: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"algo": {"lr": 0.001}}`` as ``{"algo.lr": 0.001}``."""
-    if not isinstance(config, dict):
-        return {prefix: config}
-    found: dict[str, Any] = {}
-    for key, value in config.items():
-        found.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return found
 
 
 def config_table(config: dict) -> str:

@@ -136,7 +136,11 @@ class WeightPublisher(abc.ABC):
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.payload_bytes = 0  # size of one publish, known after connect
-        self.delivers_weights = True  # False: only the header travels (sync=none), collectors keep their weights
+
+    @property
+    def delivers_weights(self) -> bool:
+        """False where only the header travels (``sync=none``): collectors keep the weights they started with."""
+        return True
 
     @abc.abstractmethod
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
@@ -190,7 +194,7 @@ class WeightSubscriber(abc.ABC):
                 "often (sync.publish_every_updates)." + (f" Cause: {cause}" if cause else "")
             )
         return SyncError(
-            f"{self.endpoint} stopped waiting for {what}: {wait.ended(cause).replace('the peer', self.upstream, 1)} "
+            f"{self.endpoint} stopped waiting for {what}: {wait.ended(cause, self.upstream)} "
             f"(newest applied version: {self.version}). See {self.upstream}'s log. Cause: {cause}"
         )
 

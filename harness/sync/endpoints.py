@@ -39,7 +39,10 @@ class Publisher(WeightPublisher):
         self.sinks, self.group, self.wire_dtype, self.device = sinks, handshake_group, wire_dtype, device
         self.after_open = after_open  # e.g. tell readers the names of the segments the sinks made
         self.header_only = header_only  # sync=none: only the header travels
-        self.delivers_weights = not header_only
+
+    @property
+    def delivers_weights(self) -> bool:
+        return not self.header_only
 
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models
@@ -89,6 +92,10 @@ class Subscriber(WeightSubscriber):
         self.before_source = before_source  # e.g. learn the name of the segment to read
         self.header_only = header_only
 
+    @property
+    def delivers_weights(self) -> bool:
+        return not self.header_only
+
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models
 
@@ -127,11 +134,11 @@ class Subscriber(WeightSubscriber):
                 raise SyncError(
                     f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}"
                 )
-            remaining = wait.timeout_s - wait.seconds
-            if remaining <= 0:
+            left = wait.remaining
+            if left <= 0:
                 raise self.wait_error(f"weights version >= {min_version}", wait)
             try:
-                self._applied(self.source.wait_into(self.live, remaining))
+                self._applied(self.source.wait_into(self.live, left))
             except SyncError as e:
                 raise self.wait_error(f"weights version >= {min_version}", wait, e) from e
         return self.current_header()
