@@ -7,6 +7,9 @@
     scripts/offline_check.sh --root /tmp/offline --algos cql --out /tmp/offline/results.md
     scripts/offline_check.sh --task hopper --expert-run runs/sota/td3_hopper/seed-2 \
         --behaviour-run runs/sota/td3_hopper/seed-1   # runs made already: no SAC runs
+    scripts/offline_check.sh --task hopper --algos cql --seeds 1 2 --jobs 2 \
+        --set algo.actor_lr=3e-5 --label lr3e-5   # a variant of a preset, two runs side by side
+    scripts/offline_check.sh --task hopper --algos cql --seeds 1 2 --summarize   # the table only
 
 As D4RL's "medium": SAC is trained to expert level (its final policy is the
 expert reference); a second SAC run keeps a checkpoint every few hundred
@@ -26,18 +29,21 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from harness.data import dataset
+from harness.data.format import Meta
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -133,18 +139,94 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | No
     return out
 
 
+SCORED_AT = (10_000, 50_000, 100_000)  # gradient steps the table gives the normalised score at (where run)
+
+
 def replace_section(out: Path, section: str) -> None:
-    """Put ``section`` (it starts with its ``## `` heading) into ``out``, in
-    place of the section of the same heading; the rest of the file stays."""
+    """Put ``section`` (it starts with its ``## `` heading) into ``out`` in place of the section of the same
+    heading; table rows of the old section whose first two cells no new row has (another algorithm's, or the
+    same one's under another ``--label``) are kept. The rest of the file stays."""
     text = out.read_text() if out.exists() else "# Results\n"
     heading = section.strip().splitlines()[0]
     start = text.find("\n" + heading)
     if start < 0:
-        text = text.rstrip("\n") + "\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    out.write_text(text)
+        out.write_text(text.rstrip("\n") + "\n" + section)
+        return
+    end = text.find("\n## ", start + 1)
+    old, rest = text[start:end] if end >= 0 else text[start:], text[end:] if end >= 0 else ""
+
+    def key(line: str) -> tuple[str, ...]:
+        return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
+
+    new_rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith(("| algorithm", "| ---"))]
+    kept = [
+        line
+        for line in old.splitlines()
+        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---")) and key(line) not in {key(r) for r in new_rows}
+    ]
+    if kept:
+        section = section.replace(new_rows[0], "\n".join([*kept, new_rows[0]]), 1)
+    out.write_text(text[:start] + section + rest)
+
+
+def evaluations(rows: list[dict]) -> list[tuple[float, float]]:
+    """``(gradient steps, eval/return)`` of a metrics.csv's rows that have an evaluation."""
+    return [(float(r["gradient_steps"]), float(r["eval/return"])) for r in rows if r.get("eval/return") not in (None, "", "nan")]
+
+
+def normalised_at(rows: list[dict], steps: int, normalized: Callable[[float], float | None]) -> float:
+    """The normalised score of the newest evaluation at or before ``steps`` gradient steps; nan if the run
+    had not got that far."""
+    if float(rows[-1]["gradient_steps"]) < steps:
+        return math.nan
+    returns = [e for at, e in evaluations(rows) if at <= steps]
+    score = normalized(returns[-1]) if returns else None
+    return math.nan if score is None else score
+
+
+def score(normalised: float | None) -> str:
+    """A normalised score as the table shows it; - for none."""
+    return "-" if normalised is None else f"{normalised:.1f}"
+
+
+def offline_row(name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]) -> str:
+    """One table row from finished run directories: the final return (the mean of each seed's last three
+    evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the behaviour return and
+    the wall time (``time_s`` of each run's last row, mean over seeds)."""
+    tables = [list(csv.DictReader((d / "metrics.csv").open())) for d in run_dirs]
+    finals = [statistics.mean([e for _, e in evaluations(rows)][-3:]) for rows in tables]
+    mean = statistics.mean(finals)
+    spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
+    at = []
+    for steps in scored_at:
+        scores = [s for s in (normalised_at(rows, steps, meta.normalized) for rows in tables) if not math.isnan(s)]
+        at.append(score(statistics.mean(scores) if scores else None))
+    steps_run = int(float(tables[0][-1]["gradient_steps"]))
+    verdict = "above" if mean > meta.behaviour_return else "NOT above"
+    wall = statistics.mean(float(rows[-1]["time_s"]) for rows in tables)
+    return (
+        f"| {name} | {dataset_name} | {steps_run:,} | {len(finals)} | {mean:.1f}{spread} | {score(meta.normalized(mean))} | "
+        f"{' / '.join(at)} | {meta.behaviour_return:.1f} ({verdict}) | {wall:.0f} s |"
+    )
+
+
+def train_all(runs: list[tuple[Path, list[str]]], nproc: int, jobs: int) -> None:
+    """``harness.train`` with each run's overrides, ``jobs`` launches at a time (each 1 trainer + NPROC-1
+    evaluators: on a 2-core machine two offline runs side by side keep both cores busy); each one's output
+    goes to ``<run dir>.log``."""
+    waiting = list(runs)
+    running: list[tuple[subprocess.Popen, str]] = []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            run_dir, overrides = waiting.pop(0)
+            args = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train", *overrides]
+            print("+", " ".join(args), flush=True)
+            log = (run_dir.parent / f"{run_dir.name}.log").open("w")
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            running.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log.name))
+        done, log_name = running.pop(0)
+        if done.wait() != 0:
+            raise SystemExit(f"a run failed (exit {done.returncode}): {log_name} says why")
 
 
 def main() -> None:
@@ -169,9 +251,18 @@ def main() -> None:
         "--out",
         type=Path,
         default=ROOT / "docs" / "results.md",
-        help="the markdown file whose section for this dataset is replaced (its rows: the presets run)",
+        help="the markdown file whose section for this dataset gets the rows of the presets run",
     )
+    parser.add_argument("--jobs", type=int, default=1, help="runs launched side by side (default 1)")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every run (name them with --label)"
+    )
+    parser.add_argument("--label", help="the runs' name beside the preset's, in their directories and table rows")
+    parser.add_argument("--scored-at", type=int, nargs="+", default=list(SCORED_AT), help="gradient steps the table scores at")
+    parser.add_argument("--summarize", action="store_true", help="run nothing: the table from the run directories there are")
     args = parser.parse_args()
+    if args.set and not args.label:
+        raise SystemExit("--set changes the presets: name the runs with --label")
     nproc = int(os.environ.get("NPROC", 2))
     runs = [r.resolve() if r else None for r in (args.expert_run, args.behaviour_run)]
     for given in filter(None, runs):
@@ -182,50 +273,44 @@ def main() -> None:
         return
     _, meta = dataset.load(data)
     behaviour = meta.sources[0]  # the policy and checkpoint it was written with
-    lines = []
     other = "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"  # its runs and section are its own
-    suffix = other and f"-data{args.dataset_seed}"
-    for algo in args.algos:
-        finals, walls = [], []
-        for seed in args.seeds:
-            run_dir = args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}"
-            start = time.monotonic()
-            torchrun(
-                nproc,
-                "harness.train",
-                f"experiment={algo}_{args.task}",
-                f"dataset={data}",
-                f"seed={seed}",
-                f"run_dir={run_dir}",
-                "checkpoint.resume=false",
-                "logger.console=false",
-                *([f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []),
-            )
-            walls.append(time.monotonic() - start)
-            rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-            finals.append(statistics.mean(float(r["eval/return"]) for r in rows[-3:]))  # last three evaluations
-        steps = int(rows[-1]["gradient_steps"])
-        episodes = OmegaConf.load(run_dir / "config.yaml").eval.episodes  # the presets' (IQL's and CQL's are the same)
-        mean = statistics.mean(finals)
-        spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
-        norm = meta.normalized(mean)
-        verdict = "above" if mean > meta.behaviour_return else "NOT above"
-        lines.append(
-            f"| {algo.upper()} | {meta.env} medium | {steps:,} | {len(finals)} | {mean:.1f}{spread} | {norm:.1f} | "
-            f"{meta.behaviour_return:.1f} ({verdict}) | {statistics.mean(walls):.0f} s |"
-        )
+    suffix = (other and f"-data{args.dataset_seed}") + (f"-{args.label}" if args.label else "")
+    run_dirs = {
+        algo: [args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}" for seed in args.seeds]
+        for algo in args.algos
+    }
+    if not args.summarize:
+        launches = []
+        for algo, dirs in run_dirs.items():
+            for seed, run_dir in zip(args.seeds, dirs):
+                overrides = [f"experiment={algo}_{args.task}", f"dataset={data}", f"seed={seed}", f"run_dir={run_dir}"]
+                overrides += ["checkpoint.resume=false", "logger.console=false", *args.set]
+                overrides += [f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []
+                launches.append((run_dir, overrides))
+        run_dirs[next(iter(run_dirs))][0].parent.mkdir(parents=True, exist_ok=True)
+        train_all(launches, nproc, args.jobs)
+    episodes = OmegaConf.load(
+        run_dirs[args.algos[0]][0] / "config.yaml"
+    ).eval.episodes  # the presets' (IQL's and CQL's are the same)
+    name = f"{meta.env} medium"
+    lines = []
+    for algo, dirs in run_dirs.items():
+        label = algo.upper() + (f" ({args.label})" if args.label else "")
+        lines.append(offline_row(label, name, dirs, meta, tuple(args.scored_at)))
         print(lines[-1], flush=True)
+    at = " / ".join(f"{s // 1000}k" for s in args.scored_at)
     section = (
-        f"\n## Offline: IQL and CQL on {meta.env} medium{other and f' (dataset seed {args.dataset_seed})'}\n\n"
+        f"\n## Offline: IQL and CQL on {name}{other and f' (dataset seed {args.dataset_seed})'}\n\n"
         f"Made by `scripts/offline_check.sh --task {args.task}{other}` on {time.strftime('%Y-%m-%d')} (1 trainer + {nproc - 1} evaluating "
         "collector(s) through torchrun, 2-core no-GPU machine).\n"
         f"Dataset `{data.relative_to(ROOT) if data.is_relative_to(ROOT) else data}`: {meta.transitions:,} transitions of a "
         f"{behaviour['algo'].upper()} policy stopped at {behaviour['frames']:,} frames; behaviour return {meta.behaviour_return:.1f}, "
         f"random {meta.random_return:.1f}, expert {meta.expert_return:.1f} (the fully trained policy, deterministic).\n"
         f"Final return: per seed, the mean `eval/return` of the last three evaluations ({episodes} deterministic episodes each); "
-        "normalised: `100 * (R - random) / (expert - random)`.\n\n"
-        "| algorithm | dataset | gradient steps | seeds | final return | normalised | behaviour return | wall time |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
+        "normalised: `100 * (R - random) / (expert - random)`; at N steps: the newest evaluation by then, mean over seeds "
+        "(- where no run got there). Wall time: `time_s` of a run's last row, mean over seeds.\n\n"
+        f"| algorithm | dataset | gradient steps | seeds | final return | normalised | normalised at {at} | behaviour return | wall time |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(lines) + "\n"
     )
     replace_section(args.out, section)
     print(f"wrote {args.out}")

@@ -17,7 +17,9 @@ progress, marked as such, with the return of their newest rows.
 
 Per seed, the final return is the mean ``eval/return`` of the last two
 evaluations where the preset evaluates, else the mean ``train/episode_return``
-of the last three log rows; the wall time is ``time_s`` of the last row.
+of the last three log rows; the wall time is ``time_s`` of the last row. How
+fast a run gets there is in the column of training returns (the same mean of
+three rows) at 25%, 50% and 100% of the budget.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Run:
     source: str  # eval or train
     train: float  # train_return's
     wall_s: float
+    progress: tuple[float, ...]  # train_return at 25%, 50% and 100% of the budget (nan before the run gets there)
 
     @property
     def finished(self) -> bool:
@@ -97,6 +100,21 @@ def train_return(rows: list[dict]) -> float:
     return statistics.mean(train[-3:]) if train else math.nan
 
 
+PROGRESS = (0.25, 0.5, 1.0)  # shares of the budget the table reports the training return at
+
+
+def progress(rows: list[dict], budget: int) -> tuple[float, ...]:
+    """:func:`train_return` of the rows up to each share of ``budget`` in :data:`PROGRESS`; nan for a share the
+    run has not reached. Rows end on whole batches, so a share's rows and its reach are taken within 1% of the budget."""
+    last, slack = float(rows[-1]["frames"]), budget / 100
+    return tuple(
+        train_return([r for r in rows if float(r["frames"]) <= share * budget + slack])
+        if last >= share * budget - slack
+        else math.nan
+        for share in PROGRESS
+    )
+
+
 def budget_of(run_dir: Path) -> int | None:
     """``collector.total_frames`` as the run's config.yaml has it; None without one."""
     config = run_dir / "config.yaml"
@@ -111,8 +129,8 @@ def read_run(run_dir: Path) -> Run | None:
         return None
     final, source = final_return(rows)
     seed = run_dir.name.removeprefix("seed-")
-    frames, wall_s = int(float(rows[-1]["frames"])), float(rows[-1]["time_s"])
-    return Run(seed, frames, budget_of(run_dir), final, source, train_return(rows), wall_s)
+    frames, wall_s, budget = int(float(rows[-1]["frames"])), float(rows[-1]["time_s"]), budget_of(run_dir)
+    return Run(seed, frames, budget, final, source, train_return(rows), wall_s, progress(rows, budget or frames))
 
 
 def seed_dirs(runs_root: Path, preset: str, seeds: list[int] | None) -> list[Path]:
@@ -141,9 +159,10 @@ def summary_row(preset: str, runs: list[Run]) -> str:
             + ", ".join(f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "") for r in unfinished)
         )
     wall = statistics.mean(r.wall_s for r in runs)
+    at_shares = " / ".join(mean_over_reached([r.progress[i] for r in runs]) for i in range(len(PROGRESS)))
     return (
         f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
-        f"{mean_sd(finals)} ({sources}) | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
+        f"{mean_sd(finals)} ({sources}) | {at_shares} | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
         f"{'; '.join(notes)} |"
     )
 
@@ -152,6 +171,14 @@ def mean_sd(values: list[float]) -> str:
     """``mean ± sd`` (n - 1) over seeds; the mean alone for one seed."""
     spread = f" ± {statistics.stdev(values):,.1f}" if len(values) > 1 else ""
     return f"{statistics.mean(values):,.1f}{spread}"
+
+
+def mean_over_reached(values: list[float]) -> str:
+    """:func:`mean_sd` over the seeds that reached a share of the budget (nan: not yet), saying how many did."""
+    reached = [v for v in values if not math.isnan(v)]
+    if not reached:
+        return "-"
+    return mean_sd(reached) + (f" ({len(reached)} of {len(values)} seeds)" if len(reached) < len(values) else "")
 
 
 def short(frames: int) -> str:
@@ -213,8 +240,9 @@ def main() -> None:
 
 
 HEADER = (
-    "| algorithm | task | frames (budget) | seeds | final return | published | published at | wall time per seed | notes |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| algorithm | task | frames (budget) | seeds | final return | train return at 25% / 50% / 100% | published | "
+    "published at | wall time per seed | notes |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -244,7 +272,8 @@ def write_table(out: Path, lines: list[str]) -> None:
         "`train/episode_return` of the last three log rows (the stochastic policy's training episodes, as CleanRL\n"
         "reports); then the mean ± standard deviation (n - 1) over seeds. Wall time: `time_s` of the last row, mean\n"
         "over seeds. A row says when it ran below the published budget, and when a seed has not reached its budget\n"
-        "(in progress, or stopped). Offline presets: below.\n\n"
+        "(in progress, or stopped). How fast: the training return (the same mean of three rows) at 25%, 50% and\n"
+        "100% of the budget. Offline presets: below.\n\n"
         f"{HEADER}\n" + "\n".join(rows.values()) + "\n" + sections
     )
     print(f"wrote {out}")

@@ -179,6 +179,56 @@ def test_expectile_loss_hand_checked():
 
 
 @pytest.mark.unit
+def test_iql_critic_loss_is_the_mean_over_both_critics_as_corl():
+    """CORL's ``sum(F.mse_loss(q, targets) for q in qs) / len(qs)``, with ``targets = r + (1 - d) * gamma * V(s')``
+    from V before its own step: the harness's sum over the critics doubled their learning rate."""
+    iql = IQL(IQLConfig(batch_size=32), PENDULUM, 0)
+    batch = random_transitions(32)
+    next_v = torch.randn(32)
+    loss, q = iql.critic_loss(batch, next_v)
+    targets = batch["reward"] + (1 - batch["terminated"].float()) * 0.99 * next_v
+    corl = sum(torch.nn.functional.mse_loss(q_i, targets) for q_i in q) / 2
+    assert loss.item() == pytest.approx(float(corl), rel=1e-6)
+
+
+@pytest.mark.unit
+def test_iql_actor_lr_follows_corls_cosine_and_resumes_with_the_step_count():
+    """Step k's actor lr is what torch's ``CosineAnnealingLR(T_max=gradient_steps)`` gives after k - 1 steps
+    (CORL steps it after each update); it is read from the step count, so a resumed run carries on the curve."""
+    steps = 10
+    iql = IQL(IQLConfig(batch_size=16, gradient_steps=steps, actor_lr=1e-3), PENDULUM, 0)
+    iql.use_dataset(random_transitions(64))
+    reference = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(reference, steps)
+    for _ in range(steps):
+        logged = float(iql.update([], 0)["train/actor_lr"])  # a float32 tensor
+        assert iql.actor_optimizer.param_groups[0]["lr"] == pytest.approx(reference.param_groups[0]["lr"], abs=1e-12)
+        assert logged == pytest.approx(reference.param_groups[0]["lr"], rel=1e-6, abs=1e-12)
+        reference.step()
+        schedule.step()
+    resumed = IQL(iql.cfg, PENDULUM, 0)
+    resumed.gradient_steps = 5  # as a checkpoint restores it
+    resumed.use_dataset(random_transitions(64))
+    expected = 1e-3 * (1 + math.cos(math.pi * 5 / steps)) / 2
+    assert float(resumed.update([], 0)["train/actor_lr"]) == pytest.approx(expected)
+
+
+@pytest.mark.unit
+def test_iql_deterministic_actor_regresses_onto_the_datas_actions():
+    """``algo.deterministic_actor`` (CORL's hopper-medium setting): the published policy acts the same for
+    evaluation and collection, inside the action box, and its loss is the squared error to the data's action."""
+    iql = IQL(IQLConfig(batch_size=16, deterministic_actor=True), PENDULUM, 0)
+    policy = iql.published_models()["policy"]
+    obs = torch.randn(5, 3)
+    acted = policy(obs)["action"]
+    assert torch.equal(acted, policy(obs, deterministic=True)["action"])
+    assert bool((acted.abs() <= 2.0).all())
+    data_action = torch.zeros(5, 1)
+    assert torch.allclose(policy.regression_loss(obs, data_action), acted.pow(2).sum(-1))
+    assert "log_std" not in dict(policy.named_parameters())
+
+
+@pytest.mark.unit
 def test_cql_penalty_hand_checked():
     q = torch.tensor([[1.0, 2.0, 3.0]])
     expected = math.log(math.exp(1) + math.exp(2) + math.exp(3)) - 1.0
@@ -291,10 +341,11 @@ def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
     "algo,spec",
     [
         (IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
+        (IQL(IQLConfig(batch_size=32, deterministic_actor=True), PENDULUM, 0), PENDULUM),
         (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
         (algorithm_for("cql", CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE),
     ],
-    ids=["iql", "cql", "cql-discrete"],
+    ids=["iql", "iql-deterministic", "cql", "cql-discrete"],
 )
 def test_offline_updates_run_and_change_the_policy(algo, spec):
     n = 64

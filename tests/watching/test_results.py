@@ -1,4 +1,4 @@
-"""scripts/sota_check.py's table, made from run directories alone (finished or not)."""
+"""scripts/sota_check.py's and scripts/offline_check.py's tables, made from run directories alone (finished or not)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import sys
 import pytest
 from helpers import ROOT
 
+from harness.data.format import Meta
+
 pytestmark = pytest.mark.unit
 
 
-def sota_check():
-    spec = importlib.util.spec_from_file_location("sota_check", ROOT / "scripts" / "sota_check.py")
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["sota_check"] = module  # dataclasses look their module up
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -29,7 +31,7 @@ def fake_run(run_dir, returns, budget, time_s):
 
 
 def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
-    sc = sota_check()
+    sc = script("sota_check")
     root = tmp_path / "sota"
     fake_run(root / "td3_hopper" / "seed-1", [100, 1000, 1200], budget=3000, time_s=60)
     fake_run(root / "td3_hopper" / "seed-2", [100, 1400], budget=3000, time_s=30)  # still running
@@ -38,14 +40,16 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     # Per seed the mean of the last two evaluations: 1100 and 750.
     assert cells[:5] == ["TD3", "Hopper-v5", "3,000", "2 (1, 2)", "925.0 ± 247.5 (eval)"]
-    assert cells[5:8] == ["3135 ± 360 on v4 (CleanRL)", "1M", "45 s"]
-    assert "below the published budget: 3,000 of 1,000,000 frames" in cells[8]
-    assert "training episodes (as CleanRL reports): 708.3 ± 11.8" in cells[8]  # last three: 716.7 and 700
-    assert "in progress or stopped: seed 2 at 2,000 of 3,000" in cells[8]
+    # Training returns up to 25% (no row by 750 frames), 50% (the 1,000-frame rows) and 100% (seed 1 only).
+    assert cells[5] == "- / 50.0 ± 0.0 / 716.7 (1 of 2 seeds)"
+    assert cells[6:9] == ["3135 ± 360 on v4 (CleanRL)", "1M", "45 s"]
+    assert "below the published budget: 3,000 of 1,000,000 frames" in cells[9]
+    assert "training episodes (as CleanRL reports): 708.3 ± 11.8" in cells[9]  # last three: 716.7 and 700
+    assert "in progress or stopped: seed 2 at 2,000 of 3,000" in cells[9]
 
 
 def test_final_return_counts_the_final_weights_evaluation_last():
-    sc = sota_check()
+    sc = script("sota_check")
     rows = [{"eval/return": "100"}, {"eval/return": ""}, {"eval/return": "300", "eval/final_return": "500"}]
     assert sc.final_return(rows) == (400.0, "eval")  # the last two: 300 (older weights), 500 (the final ones)
     assert sc.final_return(rows[:2]) == (100.0, "eval")
@@ -54,7 +58,7 @@ def test_final_return_counts_the_final_weights_evaluation_last():
 
 
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):
-    sc = sota_check()
+    sc = script("sota_check")
     out = tmp_path / "results.md"
     kept = "| PPO | CartPole-v1 | 500,000 | 1 (1) | 492.5 (train) | 490 ± 6 (CleanRL) | 500k | 130 s | |"
     offline = "\n## Offline: IQL and CQL\n\n| algorithm | dataset |\n| --- | --- |\n| IQL | Pendulum-v1 medium |\n"
@@ -63,3 +67,45 @@ def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path
     text = out.read_text()
     assert kept in text and "| TD3 | Hopper-v5 | new |" in text and "old" not in text
     assert text.endswith(offline) and text.count(sc.HEADER) == 1
+
+
+def offline_run(run_dir, evaluations, last_step, time_s):
+    """An offline run directory: a metrics row every 1,000 gradient steps, ``evaluations`` at the given steps."""
+    run_dir.mkdir(parents=True)
+    lines = ["gradient_steps,time_s,eval/return"]
+    lines += [f"{k},{time_s * k / last_step},{evaluations.get(k, '')}" for k in range(1000, last_step + 1, 1000)]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
+    oc = script("offline_check")
+    meta = Meta(env="Hopper-v5", transitions=10, episodes=1, behaviour_return=500.0, random_return=0.0, expert_return=1000.0)
+    offline_run(tmp_path / "s1", {2000: 100, 4000: 300, 9000: 700, 10000: 900, 11000: 800}, 11000, 110)
+    offline_run(tmp_path / "s2", {3000: 500, 6000: 600}, 6000, 60)  # stopped before 10k
+    row = oc.offline_row("CQL (variant)", "Hopper-v5 medium", [tmp_path / "s1", tmp_path / "s2"], meta, (5000, 10000, 50000))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # Final: the mean of the last three evaluations per seed (800, 550); at 5k the newest evaluations by then (300, 500), at 10k
+    # seed 1's alone, at 50k none.
+    assert cells == [
+        "CQL (variant)",
+        "Hopper-v5 medium",
+        "11,000",
+        "2",
+        "675.0 ± 176.8",
+        "67.5",
+        "40.0 / 90.0 / -",
+        "500.0 (above)",
+        "85 s",
+    ]
+
+
+def test_offline_section_keeps_other_rows_and_replaces_its_own(tmp_path):
+    oc = script("offline_check")
+    out = tmp_path / "results.md"
+    head = "\n## Offline: on X\n\n| algorithm | dataset |\n| --- | --- |\n"
+    out.write_text("# Results\n" + head + "| IQL | X |\n| CQL | X |\n\n## Later\nkept\n")
+    oc.replace_section(out, head + "| CQL | X | new |\n")
+    oc.replace_section(out, head + "| CQL (variant) | X |\n")
+    text = out.read_text()
+    assert "| IQL | X |\n| CQL | X | new |\n| CQL (variant) | X |\n" in text  # CQL's row replaced, the others kept
+    assert text.endswith("\n## Later\nkept\n") and text.count("## Offline") == 1
