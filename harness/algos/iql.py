@@ -153,7 +153,7 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
         progress = min(self.gradient_steps - 1, self.cfg.gradient_steps) / self.cfg.gradient_steps
         return self.cfg.actor_lr * (1 + math.cos(math.pi * progress)) / 2
 
-    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor | float]:
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         obs, action = batch["obs"].flatten(1), batch["action"]
         with torch.no_grad():  # V(s') before V's step, as CORL
             next_v = self.value(batch["next_obs"].flatten(1)).float().squeeze(-1)
@@ -173,5 +173,5 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
             "train/actor_loss": actor_loss.detach(),
             "train/advantage": advantage.detach().mean(),
             "train/adv_weight": weights.mean(),
-            "train/actor_lr": actor_lr,
+            "train/actor_lr": torch.full((), actor_lr, device=self.device),  # a fill on the device: no copy, no wait
         }

@@ -74,6 +74,5 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
             return self.learn(batch)
 
     @abc.abstractmethod
-    def learn(self, batch: TensorDict) -> Mapping[str, torch.Tensor | float]:
-        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors on the trainer's device
-        (or floats: numbers the step did not compute there)."""
+    def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors on the trainer's device."""
