@@ -159,10 +159,11 @@ def replace_section(out: Path, section: str) -> None:
         return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
 
     new_rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith(("| algorithm", "| ---"))]
+    replaced = {key(r) for r in new_rows}
     kept = [
         line
         for line in old.splitlines()
-        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---")) and key(line) not in {key(r) for r in new_rows}
+        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---")) and key(line) not in replaced
     ]
     if kept:
         section = section.replace(new_rows[0], "\n".join([*kept, new_rows[0]]), 1)
@@ -287,7 +288,7 @@ def main() -> None:
                 overrides += ["checkpoint.resume=false", "logger.console=false", *args.set]
                 overrides += [f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []
                 launches.append((run_dir, overrides))
-        run_dirs[next(iter(run_dirs))][0].parent.mkdir(parents=True, exist_ok=True)
+        (args.root.resolve() / "runs" / "offline").mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
         train_all(launches, nproc, args.jobs)
     episodes = OmegaConf.load(
         run_dirs[args.algos[0]][0] / "config.yaml"
