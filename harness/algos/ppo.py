@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 from torch.distributions import Categorical, Normal
@@ -34,6 +35,7 @@ from harness.algos.nets import mlp
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
+from harness.algos.vtrace import vtrace
 from harness.specs import EnvSpec
 
 
@@ -60,6 +62,11 @@ class PPOConfig(AlgoConfig):
     # ppo_continuous_action.py); sync mode only: it follows each env's rewards in order.
     normalize_reward: bool = False
     reward_clip: float = ranged(10.0, POSITIVE)  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
+    # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE, correcting for frames
+    # acted with older versions. null: on exactly when collector.mode=async (harness/config.py resolves it).
+    vtrace: Optional[bool] = None
+    vtrace_rho_bar: float = ranged(1.0, POSITIVE)  # truncation of the importance ratio in the targets and advantages
+    vtrace_c_bar: float = ranged(1.0, POSITIVE)  # truncation of the ratio in the traces (how far corrections reach back)
 
 
 class PPOPolicy(Policy):
@@ -167,6 +174,33 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
         return self.learner(mb)
 
+    def mean_over_trainers(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``'s mean over the trainers (each's own with one)."""
+        if self.ddp_group is None:
+            return value
+        total = value.detach().clone()
+        dist.all_reduce(total, group=self.ddp_group)
+        return total / dist.get_world_size(self.ddp_group)
+
+    @torch.no_grad()
+    def targets(
+        self, obs: torch.Tensor, rollout: TensorDict, reward: torch.Tensor, next_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The critic's values, the advantages and the value targets of a ``[T, N]`` rollout (GAE, or V-trace), and
+        the share of frames whose probability ratio V-trace truncated (0 with GAE)."""
+        cfg = self.cfg
+        values, next_value = self.loss.value(obs), self.loss.value(self.normalized(next_obs))
+        if not cfg.vtrace:
+            advantages = gae(reward, values, rollout["done"], next_value, cfg.gamma, cfg.gae_lambda)
+            return values, advantages, advantages + values, torch.zeros((), device=values.device)
+        # The frames' versions may be older than these weights: correct by each action's probability ratio.
+        steps_envs = reward.shape  # the actor takes a flat batch
+        logprob = self.policy.log_prob_entropy(obs.flatten(0, 1), rollout["action"].flatten(0, 1))[0].view(steps_envs)
+        log_ratio = logprob - rollout["logprob"]
+        done, lam, rho_bar, c_bar = rollout["done"], cfg.gae_lambda, cfg.vtrace_rho_bar, cfg.vtrace_c_bar
+        returns, advantages = vtrace(log_ratio, reward, values, done, next_value, cfg.gamma, lam, rho_bar, c_bar)
+        return values, advantages, returns, (log_ratio.exp() > rho_bar).float().mean()
+
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
         # The round, moved to the trainer's device once (on a GPU: through pinned memory, without blocking).
@@ -182,12 +216,7 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         reward = rollout["reward"]
         if self.reward_scaler is not None:
             reward = self.reward_scaler.scale(reward, rollout["terminated"], self.ddp_group)
-        with torch.no_grad():
-            values = self.loss.value(obs)
-            advantages = gae(
-                reward, values, rollout["done"], self.loss.value(self.normalized(next_obs)), cfg.gamma, cfg.gae_lambda
-            )
-        returns = advantages + values
+        values, advantages, returns, ratio_clipped = self.targets(obs, rollout, reward, next_obs)
 
         flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)
         flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set("value", values.reshape(-1))
@@ -208,8 +237,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
                 self.optimizer.step()
                 self.gradient_steps += 1
                 history.append({k: v.detach() for k, v in out.items()})
-            if cfg.target_kl is not None and history[-1]["approx_kl"] > cfg.target_kl:
-                break  # every trainer sees the same averaged-gradient model, so all stop together
+            if cfg.target_kl is not None and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl:
+                break  # on the trainers' mean KL: each's own minibatch differs, and all must stop together
 
         if self.obs_norm is not None:  # the next version's statistics: every trainer's frames of this round
             self.obs_norm.update(rollout["obs"], self.ddp_group)
@@ -226,4 +255,5 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             "train/explained_variance": explained_var,
             "train/lr": lr,
             **({"train/return_std": self.reward_scaler.return_stats.var.sqrt()} if self.reward_scaler is not None else {}),
+            **({"train/vtrace_rho_clipped": ratio_clipped} if cfg.vtrace else {}),
         }

@@ -12,11 +12,14 @@ A batch is one message of the data channel:
   (raised, or returned an observation that does not fit) and were made again (:class:`harness.collect.envs.RestartingEnv`: their
   broken episode ends as a truncation and is not counted); ``preempt`` (1 when
   the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
-  message, which carries no frames).
+  message, which carries no frames); ``collect_s``, the seconds this batch's
+  steps took, and ``wait_s``, the seconds the collector waited before them
+  (for the trainer to take its previous batch, or for the next version).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -29,7 +32,18 @@ from harness.collect.envs import to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
 
-STATS = ("episodes", "return_sum", "length_sum", "eval_episodes", "eval_return_sum", "env_restarts", "preempt", "last")
+STATS = (
+    "episodes",
+    "return_sum",
+    "length_sum",
+    "eval_episodes",
+    "eval_return_sum",
+    "env_restarts",
+    "preempt",
+    "last",
+    "collect_s",
+    "wait_s",
+)
 
 
 def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False) -> TensorDict:
@@ -105,6 +119,7 @@ class RolloutCollector:
         versions: list[int] = []
         final: list[tuple[int, dict]] = []  # (step, info) where an episode ended
         act = self.policy.actor()
+        started = time.perf_counter()
         for t in range(self.steps):
             if refresh is not None:
                 header = refresh()
@@ -119,6 +134,7 @@ class RolloutCollector:
                 final.append((t, info))
             self.obs_array, self.obs = obs, to_tensor(obs)
         self._write(steps, versions, final)
+        self.stats["collect_s"].fill_(time.perf_counter() - started)
         return self.batch
 
     def _write(self, steps: list[tuple], versions: list[int], final: list[tuple[int, dict]]) -> None:

@@ -27,7 +27,11 @@ class RolloutStats:
     eval_episodes: float = 0.0
     eval_return_sum: float = 0.0
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
+    frames_dropped: float = 0.0  # their frames
     env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
+    collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
+    collector_wait_s: float = 0.0  # collectors' seconds waiting before them (for a trainer, or a version)
+    trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches
     lag_frames: float = 0.0  # frames whose lag was counted
     lag_sum: float = 0.0
     lag_min: float = math.inf
@@ -43,8 +47,11 @@ class RolloutStats:
         self.eval_episodes += float(stats["eval_episodes"])
         self.eval_return_sum += float(stats["eval_return_sum"])
         self.env_restarts += float(stats["env_restarts"])
+        self.collect_s += float(stats["collect_s"])
+        self.collector_wait_s += float(stats["wait_s"])
         if dropped:
             self.batches_dropped += 1
+            self.frames_dropped += batch["rollout"].numel()
             return
         lag = version - batch["rollout", "policy_version"]
         self.lag_frames += lag.numel()
@@ -75,6 +82,9 @@ class RolloutStats:
             "collect/policy_lag_mean": mean(self.lag_sum, self.lag_frames),
             "collect/policy_lag_max": self.lag_max if self.lag_frames else math.nan,
             "collect/batches_dropped": self.batches_dropped,
+            "collect/frames_dropped_fraction": mean(self.frames_dropped, self.frames_dropped + self.lag_frames),
+            # wall-clock shares: how much of its time a collector did not step envs
+            "collect/idle_fraction": mean(self.collector_wait_s, self.collector_wait_s + self.collect_s),
             "collect/env_restarts": self.env_restarts,
         }
         if self.eval_episodes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
@@ -56,7 +57,7 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
         header = subscriber.wait(min_version=0)
         if header.frames:  # a resumed run: new episodes, not a replay of the first run's
             collector.reset(cfg.seed + layout.rank * cfg.collector.num_envs + header.frames)
-        first_round = True
+        first_round, waited_s = True, 0.0
         while not header.stop:
             if streaming:  # the newest weights before every env step
                 batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
@@ -65,6 +66,8 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
             if evaluation is not None:
                 evaluation.maybe_run(batch, subscriber.current_header())
             batch["stats", "preempt"].fill_(signals.requested())
+            batch["stats", "wait_s"].fill_(waited_s)
+            waiting_since = time.perf_counter()
             if streaming:
                 sender.send(batch, while_waiting=subscriber.poll)
                 header = subscriber.poll() or subscriber.current_header()
@@ -73,7 +76,7 @@ def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
                 # The next version; pipelined, the first two rounds share one.
                 again = cfg.collector.pipeline and first_round
                 header = subscriber.wait(min_version=header.version if again else header.version + 1)
-            first_round = False
+            first_round, waited_s = False, time.perf_counter() - waiting_since
         sender.send_last(collector.batch)
     finally:
         subscriber.close()

@@ -157,18 +157,21 @@ class Trainer:
 
     def receive(self) -> list[TensorDict]:
         assert self.connected.batches is not None  # an online run's
-        return self.connected.batches.receive()
+        since = time.perf_counter()
+        batches = self.connected.batches.receive()
+        self.stats.trainer_wait_s += time.perf_counter() - since
+        return batches
 
     def receive_fresh(self) -> TensorDict:
-        """The next batch with no frame more than ``collector.max_policy_lag``
-        versions old; older ones are dropped (and counted). With several
-        trainers the version stands still while one waits here (the others
-        wait for it in ``ready``), so a collector's next batch is fresh and no
-        trainer waits long."""
+        """The next batch with no frame more than ``collector.max_policy_lag`` versions old; older ones are dropped
+        (and counted). With several trainers the version stands still while one waits here (the others wait for it
+        in ``ready``), so a collector's next batch is fresh and no trainer waits long."""
         assert self.connected.batches is not None  # an online run's
+        since = time.perf_counter()
         while True:
             batch = self.connected.batches.receive_any()
             if self.progress.version - int(batch["rollout", "policy_version"].min()) <= self.cfg.collector.max_policy_lag:
+                self.stats.trainer_wait_s += time.perf_counter() - since
                 return batch
             self.stats.add(batch, self.progress.version, dropped=True)
 
@@ -179,12 +182,10 @@ class Trainer:
         self.eval_stats.add(self.connected.evaluations.take())
 
     def ready(self, batches: list[TensorDict]) -> None:
-        """This update's input is in hand: counted in the statistics (its lag
-        against the newest version). With several trainers: wait for the
-        others (a trainer whose collectors are late is named after
-        ``dist_timeout_s``) before the update's gradient all-reduces, and agree
-        whether any was asked to stop, so that all checkpoint and stop after
-        the same update."""
+        """This update's input is in hand: counted in the statistics (its lag against the newest version). With
+        several trainers: wait for the others (a trainer whose collectors are late is named after ``dist_timeout_s``)
+        before the update's gradient all-reduces, and agree whether any was asked to stop, so that all checkpoint and
+        stop after the same update."""
         for batch in batches:
             self.stats.add(batch, self.progress.version)
         asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
@@ -207,11 +208,10 @@ class Trainer:
             self.logger.tick(self.step)
 
     def end_update(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
-        """The safe point after an update, where every collective between updates runs (with
-        several trainers all reach it after the same update): when a checkpoint is due or a
-        trainer was asked to stop, a meeting and the checkpoint's gather of RNG states (and
-        replays); when a row is due, and after the last update, a meeting and the statistics'
-        all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
+        """The safe point after an update, where every collective between updates runs (with several trainers all
+        reach it after the same update): when a checkpoint is due or a trainer was asked to stop, a meeting and the
+        checkpoint's gather of RNG states (and replays); when a row is due, and after the last update, a meeting and
+        the statistics' all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
         due = self.next_checkpoint is not None and self.step >= self.next_checkpoint
         if self.asked or due:
             self.save_checkpoint()
@@ -228,7 +228,8 @@ class Trainer:
             stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
             evals, self.eval_stats = self.eval_stats, EvalStats()
             row = evals.row(self.normalize) if self.offline else stats.row()
-            row.update(self.rows.rates(self.step, self.progress.frames, self.progress.updates, self.offline))
+            waited_s = stats.trainer_wait_s / self.layout.trainers  # a trainer's mean
+            row.update(self.rows.rates(self.step, self.progress.frames, self.progress.updates, self.offline, waited_s))
             if self.publisher is not None:
                 row["sync/bytes"] = self.publisher.payload_bytes
             row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()})
@@ -251,9 +252,9 @@ class Trainer:
         return Header(version, frames, stop, self.algo.values_for_header(frames))
 
     def publish(self, stop: bool = False) -> float:
-        """Send the current weights as a new version, if they learned since the last publish
-        (a run's first publish sends the version it starts from); a stop is always news to
-        every scheme (shm included), so it always carries a new version. Returns milliseconds."""
+        """Send the current weights as a new version, if they learned since the last publish (a run's first publish
+        sends the version it starts from); a stop is always news to every scheme (shm included), so it always carries
+        a new version. Returns milliseconds."""
         if self.changed or (stop and self.progress.version == self.published):
             self.progress.version += 1
         self.changed = False

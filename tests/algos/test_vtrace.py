@@ -73,3 +73,59 @@ def test_truncation_levels_clip_large_ratios_only():
         targets, advantage = vtrace(torch.full((1, 1), ratio).log(), reward, value, done, next_value, 0.9)
         assert targets.item() == pytest.approx(expected)
         assert advantage.item() == pytest.approx(expected)
+
+
+def ppo_with(vtrace_on: bool, rho_bar: float = 1.0):
+    from harness.algos import algorithm_for
+    from harness.collect.envs import env_spec
+
+    spec = env_spec("CartPole-v1")
+    cls = algorithm_for("ppo", spec)
+    torch.manual_seed(0)
+    return cls(cls.Config(compile=False, vtrace=vtrace_on, vtrace_rho_bar=rho_bar, gae_lambda=0.9), spec, 10_000)
+
+
+def acted(ppo, steps: int = 12, envs: int = 3, lag_shift: float = 0.0):
+    """A ``[steps, envs]`` rollout whose recorded log-probs are ``ppo``'s own (on-policy), shifted by ``lag_shift``."""
+    from tensordict import TensorDict
+
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randn(steps, envs, 4, generator=g)
+    action = torch.randint(0, 2, (steps, envs), generator=g)
+    logprob = ppo.policy.log_prob_entropy(obs.flatten(0, 1), action.flatten())[0].detach().view(steps, envs) + lag_shift
+    rollout = TensorDict(
+        obs=obs, action=action, logprob=logprob, reward=torch.rand(steps, envs, generator=g), batch_size=[steps, envs]
+    )
+    rollout["done"] = torch.rand(steps, envs, generator=g) < 0.15
+    return obs, rollout, torch.randn(envs, 4, generator=g)
+
+
+def test_ppo_on_policy_vtrace_targets_are_gae_returns():
+    """PPO's own update, lag 0: V-trace's value targets equal GAE(lambda)'s returns, and nothing is truncated."""
+    with_vtrace, with_gae = ppo_with(True), ppo_with(False)
+    obs, rollout, next_obs = acted(with_vtrace)
+    values, _, returns, clipped = with_vtrace.targets(obs, rollout, rollout["reward"], next_obs)
+    gae_values, _, gae_returns, _ = with_gae.targets(obs, rollout, rollout["reward"], next_obs)
+    assert torch.allclose(values, gae_values)
+    assert torch.allclose(returns, gae_returns, atol=1e-5)
+    assert float(clipped) == 0.0
+
+
+def test_ppo_vtrace_weights_frames_by_their_ratio_truncated_at_rho_bar():
+    """Frames the learner now prefers (ratio e^0.5) are truncated to ratio 1 at rho_bar = 1, which leaves GAE's
+    targets; frames it now avoids (ratio e^-0.5), or the preferred ones under rho_bar = 2, move the targets off."""
+
+    def targets(shift: float, rho_bar: float = 1.0) -> tuple[torch.Tensor, float]:
+        ppo = ppo_with(True, rho_bar)
+        obs, rollout, next_obs = acted(ppo, lag_shift=shift)
+        _, _, returns, clipped = ppo.targets(obs, rollout, rollout["reward"], next_obs)
+        return returns, float(clipped)
+
+    ppo = ppo_with(False)
+    obs, rollout, next_obs = acted(ppo)
+    gae_returns = ppo.targets(obs, rollout, rollout["reward"], next_obs)[2]
+    preferred, clipped = targets(-0.5)
+    assert clipped == 1.0 and torch.allclose(preferred, gae_returns, atol=1e-5)
+    for shift, rho_bar in ((0.5, 1.0), (-0.5, 2.0)):
+        returns, clipped = targets(shift, rho_bar)
+        assert clipped == 0.0 and not torch.allclose(returns, gae_returns, atol=1e-3), (shift, rho_bar)

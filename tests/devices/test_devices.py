@@ -262,6 +262,7 @@ CARTPOLE = env_spec("CartPole-v1")
 # Each with the options that write into its batches (normalised observations, scaled rewards).
 ON_A_DEVICE = {
     "ppo": (CARTPOLE, {}),
+    "ppo-vtrace": (CARTPOLE, {"vtrace": True}),
     "ppo-continuous": (PENDULUM, {"normalize_obs": True, "normalize_reward": True}),
     "sac": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
     "td3": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
