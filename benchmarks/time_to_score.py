@@ -9,12 +9,16 @@ Both report the mean return of the episodes that ended in each window of
 the score is when the first window at or above ``--score`` is seen, counted from
 the launch, so start-up is included. ``--against DIR`` adds the default job of
 another checkout (an earlier commit in a git worktree) as a third contestant.
+``--variant NAME OVERRIDE...`` adds the default job with those Hydra overrides
+as another contestant (``--variant async collector.mode=async``: async PPO
+with V-trace), and ``--no-reference`` leaves the single-file PPO out.
 Seeds run interleaved (this build, the other, the reference, this build, ...)
 so that a noisy machine hits all alike; medians are reported. Every process
 runs with ``OMP_NUM_THREADS=1``, as ``scripts/train.sh`` launches the harness.
 
     python benchmarks/time_to_score.py --json /tmp/time_to_score.json
     git worktree add /tmp/before <commit> && python benchmarks/time_to_score.py --against /tmp/before
+    python benchmarks/time_to_score.py --variant async collector.mode=async --no-reference
 """
 
 from __future__ import annotations
@@ -172,13 +176,17 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=10_000)
     parser.add_argument("--nproc", type=int, default=3, help="ranks of the harness's job")
     parser.add_argument("--against", metavar="DIR", help="also the default job of this checkout (a git worktree)")
+    parser.add_argument(
+        "--variant", nargs="+", action="append", default=[], metavar="NAME OVERRIDE", help="the default job with overrides"
+    )
+    parser.add_argument("--no-reference", action="store_true", help="leave out the single-file PPO")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--reference-run", type=int, metavar="SEED", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_run is not None:
         return reference_ppo(args.reference_run, args.frames, args.log_every)
 
-    def harness(tmp: str) -> list[str]:
+    def harness(tmp: str, overrides: tuple[str, ...] = ()) -> list[str]:
         return [
             str(Path(sys.executable).parent / "torchrun"),
             "--standalone",
@@ -191,6 +199,7 @@ def main() -> None:
             f"logger.log_every_frames={args.log_every}",
             "logger.console=false",
             "checkpoint.every_frames=0",
+            *overrides,
         ]
 
     def reference(tmp: str) -> list[str]:
@@ -210,6 +219,10 @@ def main() -> None:
             "against": (harness, harness_returns, Path(args.against).resolve()),
             "reference": contestants["reference"],
         }
+    for name, *overrides in args.variant:
+        contestants[name] = (lambda tmp, o=tuple(overrides): harness(tmp, o), harness_returns, ROOT)
+    if args.no_reference:
+        del contestants["reference"]
     runs: dict[str, list[tuple[float | None, float]]] = {name: [] for name in contestants}
     for seed in args.seeds:
         for name, (cmd, returns, code) in contestants.items():

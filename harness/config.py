@@ -197,8 +197,8 @@ class Config:
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         self._check_trainers()
-        if self.algo.name == "ppo" and self.algo.vtrace is None:  # V-trace where frames may be older than the weights
-            self.algo.vtrace = self.collector.mode == "async"
+        if self.algo.name == "ppo" and self.algo.vtrace is None:  # V-trace where frames are older than the weights
+            self.algo.vtrace = self.collector.mode == "async" or self.collector.pipeline
 
     def _check_trainers(self) -> None:
         trainers = self.topology.trainers

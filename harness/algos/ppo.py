@@ -10,6 +10,12 @@ the actor and record each action's log-probability; the trainer evaluates the
 critic on the whole round, so only the actor's weights (and the observation
 statistics) travel.
 
+Frames acted with older versions than the learner's (``collector.mode=async``,
+or pipelined rounds) are learnt from with V-trace's targets and advantages in
+place of GAE's (``algo.vtrace``; :mod:`harness.algos.vtrace`), and the clipped
+ratio is taken against the acting version's log-probabilities: APPO, as
+Sample Factory runs it.
+
 With normalisation a round is learnt from with the observation statistics
 the collectors acted with (the current version's; batches hold raw
 observations), so the first minibatch's probability ratio is exactly 1 as
@@ -63,7 +69,7 @@ class PPOConfig(AlgoConfig):
     normalize_reward: bool = False
     reward_clip: float = ranged(10.0, POSITIVE)  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
     # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE, correcting for frames
-    # acted with older versions. null: on exactly when collector.mode=async (harness/config.py resolves it).
+    # acted with older versions. null: on exactly when they are, with collector.mode=async or collector.pipeline=true.
     vtrace: Optional[bool] = None
     vtrace_rho_bar: float = ranged(1.0, POSITIVE)  # truncation of the importance ratio in the targets and advantages
     vtrace_c_bar: float = ranged(1.0, POSITIVE)  # truncation of the ratio in the traces (how far corrections reach back)
@@ -151,6 +157,7 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     Config = PPOConfig
     data_parallel_trainers = True
+    on_policy = True
     compiled = ("losses",)
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's

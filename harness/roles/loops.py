@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 from tensordict import TensorDict
 
+from harness.algos import ALGOS
 from harness.config import Config
 from harness.distributed.topology import Layout
 
@@ -81,17 +82,19 @@ def sync_rounds(trainer: TrainerSteps, frames_per_round: int, pipeline: bool) ->
         trainer.end_update(metrics, sync_ms)
 
 
-def async_stream(trainer: TrainerSteps, trainers: int, publish_every: int) -> None:
-    """Streaming: learn from each fresh batch as it comes, publish every
-    ``publish_every`` updates. With T trainers an update is one fresh batch on
-    each: T times its frames, the same gradient steps on every
-    trainer, and the same version count, which only trainer 0 publishes."""
+def async_stream(trainer: TrainerSteps, trainers: int, publish_every: int, per_update: int = 1) -> None:
+    """Streaming: learn from each ``per_update`` fresh batches as they come, from
+    whichever collectors send first, and publish every ``publish_every`` updates.
+    With T trainers an update is that on each: T times its frames, the same
+    gradient steps on every trainer, and the same version count, which only
+    trainer 0 publishes."""
     sync_ms = 0.0
     while not trainer.stopping:
-        batch = trainer.receive_fresh()
-        trainer.ready([batch])
-        metrics = trainer.update([batch])
-        trainer.learned(batch["rollout"].numel() * trainers)
+        # Each received batch is valid until the next receive: all but the last are copied.
+        batches = [trainer.receive_fresh().clone() for _ in range(per_update - 1)] + [trainer.receive_fresh()]
+        trainer.ready(batches)
+        metrics = trainer.update(batches)
+        trainer.learned(sum(batch["rollout"].numel() for batch in batches) * trainers)
         if trainer.updates % publish_every == 0 and not trainer.stopping:
             sync_ms = trainer.publish()
         trainer.end_update(metrics, sync_ms)
@@ -129,6 +132,8 @@ def for_run(cfg: Config, layout: Layout, offline: bool) -> Callable[[TrainerStep
         wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
         return lambda trainer: offline_steps(trainer, cfg.sync.publish_every_updates, wait_bound_s)
     if cfg.collector.mode == "async":
-        return lambda trainer: async_stream(trainer, trainers, cfg.sync.publish_every_updates)
+        # On-policy: a round's frames an update, as in sync mode; replay algorithms: each batch as it comes.
+        per_update = max(len(layout.collectors_of(0)), 1) if ALGOS[cfg.algo.name].on_policy else 1
+        return lambda trainer: async_stream(trainer, trainers, cfg.sync.publish_every_updates, per_update)
     frames_per_round = cfg.collector.frames_per_batch * max(collectors, 1)
     return lambda trainer: sync_rounds(trainer, frames_per_round, cfg.collector.pipeline)

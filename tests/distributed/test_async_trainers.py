@@ -96,6 +96,7 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
         "replay": digest(trainer.algo.replay_state()),
         "resumed_replay": None if resumed is None else digest(resumed),
         "frames": trainer.progress.frames,
+        "gradient_steps": trainer.algo.gradient_steps,
         "preempted": trainer.preempted,
     }
 
@@ -119,6 +120,36 @@ def test_two_async_trainers_stop_together_hold_the_same_weights_keep_lag_bounded
     assert int(table[-1]["train/gradient_steps"]) == 320 and int(table[-1]["train/replay_size"]) == 1536
     assert min(column(table, "collect/policy_lag_min")) >= 0 and max(column(table, "collect/policy_lag_max")) <= 0
     assert sum(column(table, "collect/batches_dropped")) > 0  # the bound bit: batches that span a publish
+
+
+# PPO with V-trace on CartPole, 2 trainers + 2 collectors; a KL bound so small that the epochs stop early, on the
+# trainers' mean KL (each trainer's own differs: stopping on it, they would take different numbers of steps).
+ASYNC_PPO = [
+    "debug=tiny",
+    "collector.mode=async",
+    "topology.trainers=2",
+    "collector.total_frames=2048",
+    "algo.target_kl=1e-4",
+    "logger.log_every_frames=256",
+    "checkpoint.every_frames=0",
+    "logger.console=false",
+]
+
+
+def test_two_async_ppo_trainers_learn_with_vtrace_in_step(tmp_path):
+    results = run_ranks(job, 4, ASYNC_PPO, str(tmp_path), timeout=300)
+    assert all(status == "ok" for status, _ in results.values()), results
+    a, b = results[0][1], results[1][1]
+    assert a["weights"] == b["weights"] and a["frames"] == b["frames"] == 2048, (a, b)
+    table = rows(tmp_path)
+    assert [int(r["frames"]) for r in table] == list(range(256, 2049, 256))
+    assert max(column(table, "collect/policy_lag_max")) <= 4  # collector.max_policy_lag
+    clipped = column(table, "train/vtrace_rho_clipped")
+    assert all(0 <= c <= 1 for c in clipped) and max(clipped) > 0  # V-trace ran, on frames from older versions
+    updates = int(table[-1]["train/updates"])
+    assert updates == 2048 // 128  # an update: one batch of 64 frames on each trainer
+    # The KL bound bit (10 epochs an update without it), and both trainers stopped alike.
+    assert a["gradient_steps"] == b["gradient_steps"] < updates * 10, (a, b)
 
 
 def late_trainer(rank, world, late, marker):

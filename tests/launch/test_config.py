@@ -88,6 +88,20 @@ def test_an_offpolicy_batch_that_several_trainers_cannot_split_is_refused_naming
         compose_config("algo=sac", "env=pendulum", "topology.trainers=2", "algo.batch_size=255")
 
 
+@pytest.mark.parametrize(
+    "overrides, vtrace",
+    [
+        ((), False),
+        (("collector.mode=async",), True),
+        (("collector.pipeline=true",), True),
+        (("collector.mode=async", "algo.vtrace=false"), False),  # asked for: GAE on lagged frames, the ablation
+        (("algo.vtrace=true",), True),
+    ],
+)
+def test_ppo_learns_with_vtrace_exactly_where_frames_are_older_than_the_weights_unless_told(overrides, vtrace):
+    assert compose_config(*overrides).algo.vtrace is vtrace
+
+
 def test_overrides_reach_typed_fields():
     cfg = compose_config("seed=3", "algo.lr=1e-3", "collector.num_envs=2", "collector.frames_per_batch=32", "sync=none")
     assert (cfg.seed, cfg.algo.lr, cfg.collector.num_envs, cfg.sync.name) == (3, 1e-3, 2, "none")
