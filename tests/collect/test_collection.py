@@ -53,6 +53,7 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
 def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):
     overrides = [
         "debug=tiny",
+        "algo=dqn",  # one batch an update (async PPO takes a round's)
         "collector.mode=async",
         "collector.max_policy_lag=1",
         "logger.log_every_frames=128",
@@ -68,7 +69,7 @@ def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):
 
 @pytest.mark.multiprocess
 def test_slow_trainer_makes_collectors_wait_instead_of_piling_up_batches(tmp_path):
-    overrides = ["debug=tiny", "collector.mode=async", "collector.max_policy_lag=100", "collector.total_frames=640"]
+    overrides = ["debug=tiny", "algo=dqn", "collector.mode=async", "collector.max_policy_lag=100", "collector.total_frames=640"]
     results = run_ranks(job, 3, overrides, 0.2, str(tmp_path), timeout=120)
     assert all(s == "ok" for s, _ in results.values()), results
     updates = results[0][1]

@@ -89,11 +89,12 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
             channel.BatchSender.send = send_then_preempt
         return run_collector(cfg, layout, groups)
     trainer = Trainer(cfg, layout, groups, Path(run_dir))
-    resumed = trainer.algo.replay_state()
+    replay_state = getattr(trainer.algo, "replay_state", lambda: None)  # on-policy PPO keeps none
+    resumed = replay_state()
     trainer.run(for_run(cfg, layout, trainer.offline))
     return {
         "weights": digest(trainer.algo.state_dict()),
-        "replay": digest(trainer.algo.replay_state()),
+        "replay": digest(replay_state()),
         "resumed_replay": None if resumed is None else digest(resumed),
         "frames": trainer.progress.frames,
         "gradient_steps": trainer.algo.gradient_steps,
