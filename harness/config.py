@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness import resolvers
-from harness.algos import ALGOS, algorithm_for
+from harness.algos import ALGOS, algorithm_for, check_observations
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
 from harness.collect.envs import check_env_id, env_spec
@@ -290,4 +290,5 @@ def check_algo_fits_env(cfg: Config) -> None:
     given an action space it cannot act in (``algo=sac env=cartpole``) is
     refused by its own message now, not on every rank later."""
     spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    check_observations(cfg.algo.name, cfg.algo, spec, cfg.env.id)
     algorithm_for(cfg.algo.name, spec).make_policy(cfg.algo, spec)

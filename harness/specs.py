@@ -21,8 +21,14 @@ class EnvSpec:
     num_actions: int  # discrete: number of actions; continuous: action dims
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    obs_dtype: str = "float32"  # as collectors store and send observations: float32, or uint8 for images
 
     @property
     def obs_dim(self) -> int:
         """Observations flattened, as the MLPs take them."""
         return math.prod(self.obs_shape)
+
+    @property
+    def pixels(self) -> bool:
+        """Images, channels first (``[C, H, W]``, uint8): the networks take them through a CNN."""
+        return len(self.obs_shape) == 3

@@ -31,4 +31,21 @@ def algorithm_for(name: str, spec: EnvSpec) -> type[Algorithm]:
     return DISCRETE_FORMS.get(name, ALGOS[name]) if spec.discrete else ALGOS[name]
 
 
-__all__ = ["ALGOS", "DISCRETE_FORMS", "AlgoConfig", "Algorithm", "Policy", "algorithm_for"]
+def check_observations(name: str, cfg: AlgoConfig, spec: EnvSpec, env_id: str) -> None:
+    """Refuse, saying what to do, an algorithm that cannot take ``spec``'s observations (images)."""
+    if not spec.pixels:
+        return
+    if not algorithm_for(name, spec).takes_pixels:
+        takers = sorted(n for n, cls in ALGOS.items() if cls.takes_pixels)
+        raise ValueError(
+            f"env.id={env_id} observes images {spec.obs_shape}, and algo={name} takes state vectors only (its critics "
+            f"take an observation and an action together, through MLPs). For images use algo={' or algo='.join(takers)}"
+        )
+    if cfg.normalize_obs:
+        raise ValueError(
+            f"algo.normalize_obs=true with images ({env_id}): an image's bytes are scaled by 1/255 inside the network; "
+            "drop algo.normalize_obs"
+        )
+
+
+__all__ = ["ALGOS", "DISCRETE_FORMS", "AlgoConfig", "Algorithm", "Policy", "algorithm_for", "check_observations"]

@@ -127,6 +127,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     # Learns from each frame in the update it arrives for, not from a replay: an async update takes a round's frames
     # (one batch per collector of the trainer, whichever come first), as a sync one does.
     on_policy: ClassVar[bool] = False
+    # Its networks take image observations (harness.algos.nets.network: a CNN chosen by the image's shape).
+    takes_pixels: ClassVar[bool] = False
     # Averages gradients over several trainers (topology.trainers > 1): with ``data_parallel`` (DDP) when the
     # loss is one module's forward, else with ``optim.step(..., self.ddp_group)`` per optimiser step.
     data_parallel_trainers: ClassVar[bool] = False

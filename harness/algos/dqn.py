@@ -22,7 +22,7 @@ from torch import nn
 
 from harness.algos.base import Policy, Stateful, require_actions
 from harness.algos.critics import soft_update
-from harness.algos.nets import mlp
+from harness.algos.nets import network
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from harness.algos.optim import adam, step
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
@@ -55,7 +55,7 @@ class QPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden_sizes: Sequence[int]):
         super().__init__()
         self.num_actions = spec.num_actions
-        self.net = mlp(spec.obs_dim, list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
+        self.net = network(spec, list(hidden_sizes), spec.num_actions, activation=nn.ReLU)
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, ``[B, num_actions]``."""
@@ -82,6 +82,7 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     Config = DQNConfig
     compiled = ("td_loss",)
     header_values = ("random", "epsilon")
+    takes_pixels = True
 
     def __init__(self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)

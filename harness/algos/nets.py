@@ -1,20 +1,25 @@
-"""Network pieces shared by the algorithms: initialisation, MLPs, the action
-box, and a learned positive coefficient."""
+"""Network pieces shared by the algorithms: initialisation, MLPs, the CNNs
+that image observations go through, the action box, and a learned positive
+coefficient."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
 
 from harness.specs import EnvSpec
 
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
-    """Orthogonal weights and constant bias, as CleanRL initialises PPO."""
+
+def layer_init(layer: Layer, std: float = math.sqrt(2), bias: float = 0.0) -> Layer:
+    """Orthogonal weights and constant bias, as CleanRL initialises PPO (and its Atari CNN)."""
     nn.init.orthogonal_(layer.weight, std)
+    assert layer.bias is not None  # every layer here has one
     nn.init.constant_(layer.bias, bias)
     return layer
 
@@ -29,6 +34,53 @@ def mlp(
         inputs = width
     layers.append(layer_init(nn.Linear(inputs, outputs), std=out_std))
     return nn.Sequential(*layers)
+
+
+class PixelEncoder(nn.Module):
+    """uint8 images ``[..., C*H*W]`` (flattened, as every network's input is) to features ``[..., features]``:
+    made float and scaled to [0, 1] here, on the network's device, so batches travel as bytes.
+
+    Chosen by the image's size: from 36 pixels up, the Nature CNN (Mnih et al. 2015; CleanRL's Atari ``Agent``:
+    convolutions 8x8/4, 4x4/2, 3x3/1 and 512 units); smaller (MinAtar's 10x10), MinAtar's network (Young and
+    Tian 2019: one 3x3 convolution of 16 channels and 128 units), where the Nature CNN's strides leave nothing.
+    """
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        channels, height, width = shape
+        self.shape = shape
+        if min(height, width) >= 36:
+            convs: list[nn.Module] = [
+                layer_init(nn.Conv2d(channels, 32, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.ReLU(),
+            ]
+            self.features = 512
+        else:
+            convs, self.features = [layer_init(nn.Conv2d(channels, 16, 3, stride=1)), nn.ReLU()], 128
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *shape)).shape[-1]
+        self.linear = nn.Sequential(layer_init(nn.Linear(flat, self.features)), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-1]
+        images = obs.reshape(-1, *self.shape).float() / 255.0
+        return self.linear(self.convs(images)).view(*lead, self.features)
+
+
+def network(
+    spec: EnvSpec, hidden: Sequence[int], outputs: int, activation: type[nn.Module] = nn.Tanh, out_std: float = 1.0
+) -> nn.Sequential:
+    """An observation's network to ``outputs``: :func:`mlp` on state vectors (``hidden`` wide), and on images a
+    :class:`PixelEncoder` with one linear layer on top (CleanRL's heads; ``hidden`` is the MLP's alone)."""
+    if not spec.pixels:
+        return mlp(spec.obs_dim, hidden, outputs, activation, out_std)
+    encoder = PixelEncoder(spec.obs_shape)
+    return nn.Sequential(encoder, layer_init(nn.Linear(encoder.features, outputs), std=out_std))
 
 
 class Bounds(nn.Module):

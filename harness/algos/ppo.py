@@ -37,7 +37,7 @@ from torch.distributions import Categorical, Normal
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy, Stateful
 from harness.algos.gae import gae
-from harness.algos.nets import mlp
+from harness.algos.nets import network
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
@@ -82,7 +82,7 @@ class PPOPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden_sizes: list[int]):
         super().__init__()
         self.discrete = spec.discrete
-        self.net = mlp(spec.obs_dim, hidden_sizes, spec.num_actions, out_std=0.01)
+        self.net = network(spec, hidden_sizes, spec.num_actions, out_std=0.01)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
 
@@ -158,11 +158,12 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
     Config = PPOConfig
     data_parallel_trainers = True
     on_policy = True
+    takes_pixels = True
     compiled = ("losses",)
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
-        critic = mlp(spec.obs_dim, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
+        critic = network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)

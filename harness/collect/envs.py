@@ -13,11 +13,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from harness.collect import pixels
 from harness.collect.watchdog import StepWatchdog, watchdog
 from harness.specs import EnvSpec
 
 log = logging.getLogger("harness")
 MUJOCO_HINT = "pip install -e '.[mujoco]'  (or: .venv/bin/pip install 'gymnasium[mujoco]')"
+# The module an env's entry point names -> (what it is, how to install it), probed before any env is made.
+EXTRAS = {"mujoco": ("MuJoCo", MUJOCO_HINT), "minatar": ("MinAtar", pixels.MINATAR_HINT)}
+pixels.register()
 
 
 def check_env_id(env_id: str) -> None:
@@ -33,11 +37,12 @@ def check_env_id(env_id: str) -> None:
         spec = gym.spec(name)
     except gym.error.Error as e:
         raise ValueError(f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick one of conf/env/*.yaml.") from e
-    if "mujoco" in str(spec.entry_point):
-        try:
-            import mujoco  # noqa: F401  (only probing that the extra is installed)
-        except ImportError as e:
-            raise ValueError(f"env.id={env_id!r} needs MuJoCo, which is not installed. Install the extra: {MUJOCO_HINT}") from e
+    for module, (what, hint) in EXTRAS.items():
+        if module in str(spec.entry_point):
+            try:
+                __import__(module)  # only probing that the extra is installed
+            except ImportError as e:
+                raise ValueError(f"env.id={env_id!r} needs {what}, which is not installed. Install the extra: {hint}") from e
 
 
 class BadObservation(Exception):
@@ -195,16 +200,24 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(f"observations must be a Box space; got {obs_space}")
+    obs_shape = tuple(obs_space.shape)
+    if len(obs_shape) == 3 and obs_space.dtype != np.uint8:
+        raise ValueError(
+            f"image observations {obs_shape} of dtype {obs_space.dtype}: the harness takes images as uint8, channels first "
+            "(harness/collect/pixels.py has wrappers that make them so)"
+        )
+    obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"  # to_tensor: other dtypes become float32
     if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpec(tuple(obs_space.shape), True, (), int(act_space.n))
+        return EnvSpec(obs_shape, True, (), int(act_space.n), obs_dtype=obs_dtype)
     if isinstance(act_space, gym.spaces.Box):
         return EnvSpec(
-            tuple(obs_space.shape),
+            obs_shape,
             False,
             tuple(act_space.shape),
             int(np.prod(act_space.shape)),
             tuple(float(x) for x in act_space.low.ravel()),
             tuple(float(x) for x in act_space.high.ravel()),
+            obs_dtype,
         )
     raise ValueError(f"action space {act_space} is not supported: use Discrete or Box")
 

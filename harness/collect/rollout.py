@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.collect.envs import to_tensor
+from harness.collect.envs import spec_of, to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
 
@@ -46,13 +46,15 @@ STATS = (
 )
 
 
-def batch_template(policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False) -> TensorDict:
+def batch_template(
+    policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False, obs_dtype: str = "float32"
+) -> TensorDict:
     """A packed, zero-filled batch. Collectors and trainers both build it from
     the config (the policy's outputs on a dummy observation give the extra
     fields), so the layout is known on both ends before any frame exists.
     ``next_obs``: also store each frame's next observation (the true final
     one at an episode's end), as replay-based algorithms need."""
-    obs = torch.zeros(num_envs, *obs_shape)
+    obs = torch.zeros(num_envs, *obs_shape, dtype=getattr(torch, obs_dtype))  # images stay uint8 up to the trainer's network
     with torch.no_grad():
         out = policy.act(obs)
     frame = out.clone().update(
@@ -88,7 +90,7 @@ class RolloutCollector:
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         assert obs_space.shape is not None  # a Box: spec_of refuses other observation spaces at start-up
-        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs)
+        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs, spec_of(envs).obs_dtype)
         # Per-field tensors and numpy views of them, looked up once: the step
         # loop then only copies (numpy item assignment is the cheapest there is).
         self.fields = dict(self.batch["rollout"].items())

@@ -202,9 +202,8 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         template = eval_message()
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        template = batch_template(
-            algo.acting_policy(models), algo.spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs
-        )
+        policy, spec = algo.acting_policy(models), algo.spec
+        template = batch_template(policy, spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs, spec.obs_dtype)
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))

@@ -1,0 +1,110 @@
+"""Image observations: uint8 from the env to the trainer's network, a CNN chosen by the image's shape, and a
+clear refusal from the algorithms that cannot take images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import compose_config
+from torch import nn
+
+from harness.algos import ALGOS, algorithm_for
+from harness.algos.nets import PixelEncoder
+from harness.collect.envs import env_spec, make_vec_env
+from harness.collect.pixels import ChannelsFirst
+from harness.collect.rollout import RolloutCollector, batch_template
+from harness.packing import schema
+from harness.specs import EnvSpec
+
+pytestmark = pytest.mark.unit
+
+MINATAR = "harness/MinAtar-Breakout-v1"
+ATARI_SIZED = EnvSpec((4, 84, 84), True, (), 4, obs_dtype="uint8")
+
+
+def convolutions(module: nn.Module) -> list[nn.Conv2d]:
+    return [m for m in module.modules() if isinstance(m, nn.Conv2d)]
+
+
+def test_minatar_observes_uint8_images_channels_first_of_0_and_255():
+    spec = env_spec(MINATAR)
+    assert (spec.obs_shape, spec.obs_dtype, spec.pixels) == ((4, 10, 10), "uint8", True)
+    envs = make_vec_env(MINATAR, 2)
+    obs, _ = envs.reset(seed=0)
+    envs.close()
+    assert obs.dtype == np.uint8 and set(np.unique(obs)) <= {0, 255} and obs.max() == 255
+
+
+def test_channels_first_moves_the_channel_axis_and_scales_booleans():
+    import gymnasium as gym
+
+    class Boolean(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (2, 3, 5), bool)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.arange(30).reshape(2, 3, 5) % 2 == 0, {}
+
+    obs, _ = ChannelsFirst(Boolean()).reset()
+    raw = np.arange(30).reshape(2, 3, 5) % 2 == 0
+    assert obs.shape == (5, 2, 3) and obs.dtype == np.uint8
+    assert (obs == np.moveaxis(raw, -1, 0) * 255).all()
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+@pytest.mark.parametrize(
+    "spec, kernels",
+    [(env_spec(MINATAR), [(3, 3)]), (ATARI_SIZED, [(8, 8), (4, 4), (3, 3)])],
+    ids=["10x10: MinAtar's network", "84x84: the Nature CNN"],
+)
+def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_images(name, spec, kernels):
+    cls = algorithm_for(name, spec)
+    algo = cls(cls.Config(compile=False), spec, 10_000)
+    trained = [algo.policy] + ([algo.loss.critic] if name == "ppo" else [])
+    for net in trained:
+        assert [c.kernel_size for c in convolutions(net)] == kernels
+    obs = torch.randint(0, 256, (3, *spec.obs_shape), dtype=torch.uint8)
+    assert algo.policy.act(obs)["action"].shape == (3,)  # uint8 in, the network makes it float
+
+
+def test_the_encoder_scales_bytes_to_the_unit_interval_on_its_own_device():
+    encoder = PixelEncoder((1, 10, 10))
+    conv = convolutions(encoder)[0]
+    seen = []
+    conv.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
+    encoder(torch.full((2, 100), 255, dtype=torch.uint8))
+    assert seen[0].dtype == torch.float32 and seen[0].max() == 1.0 and seen[0].shape == (2, 1, 10, 10)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in ALGOS.items() if not cls.takes_pixels))
+def test_algorithms_without_a_cnn_refuse_images_naming_those_with_one(name):
+    overrides = ["algo.normalize_obs=false"] if name in ("sac", "td3", "iql", "cql") else []
+    with pytest.raises(ValueError, match=rf"algo={name} takes state vectors only.*use algo=dqn or algo=ppo"):
+        compose_config(f"algo={name}", "env=minatar_breakout", *overrides, *(["dataset=/nowhere"] if ALGOS[name].offline else []))
+
+
+def test_observation_normalisation_is_refused_on_images():
+    with pytest.raises(ValueError, match=r"algo\.normalize_obs=true with images"):
+        compose_config("env=minatar_breakout", "algo.normalize_obs=true")
+
+
+def test_images_travel_as_bytes_in_the_batch_and_the_channel_schema():
+    """The collector's batch and the trainer's template (what the data channel's handshake compares) hold uint8
+    observations: a quarter of float32's bytes."""
+    spec = env_spec(MINATAR)
+    cls = algorithm_for("ppo", spec)
+    policy = cls.make_policy(cls.Config(), spec)
+    envs = make_vec_env(MINATAR, 2)
+    batch = RolloutCollector(envs, policy, 32, seed=0).collect(_header())
+    envs.close()
+    trainer_side = batch_template(policy, spec.obs_shape, 16, 2, obs_dtype=spec.obs_dtype)
+    assert batch["rollout", "obs"].dtype == torch.uint8 and batch["next_obs"].dtype == torch.uint8
+    assert schema(batch) == schema(trainer_side)
+    assert batch["rollout", "obs"][0, 0].nbytes == 400  # 4 x 10 x 10 bytes a frame
+
+
+def _header():
+    from harness.sync import Header
+
+    return Header(0)
