@@ -102,7 +102,7 @@ def roll_out_share(cfg: DatasetConfig, layout: Layout, policy: Policy, values: d
 
 def mean_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
     """A reference return: ``reference.episodes`` deterministic episodes."""
-    envs = make_vec_env(cfg.env.id, cfg.reference.episodes, cfg.env.max_episode_steps)
+    envs = make_vec_env(cfg.env.id, cfg.reference.episodes, cfg.env.max_episode_steps, training=False)
     try:
         return float(np.mean(evaluate(policy, envs, eval_seed(cfg.seed, 0, cfg.reference.episodes), values)))
     finally:

@@ -19,8 +19,12 @@ from harness.specs import EnvSpec
 
 log = logging.getLogger("harness")
 MUJOCO_HINT = "pip install -e '.[mujoco]'  (or: .venv/bin/pip install 'gymnasium[mujoco]')"
-# The module an env's entry point names -> (what it is, how to install it), probed before any env is made.
-EXTRAS = {"mujoco": ("MuJoCo", MUJOCO_HINT), "minatar": ("MinAtar", pixels.MINATAR_HINT)}
+# Part of an env's entry point -> (the module it needs, what that is, how to install it), probed before any env is made.
+EXTRAS = {
+    "mujoco": ("mujoco", "MuJoCo", MUJOCO_HINT),
+    "make_minatar": ("minatar", "MinAtar", pixels.MINATAR_HINT),
+    "make_atari": ("ale_py", "ale-py", pixels.ATARI_HINT),
+}
 pixels.register()
 
 
@@ -37,8 +41,8 @@ def check_env_id(env_id: str) -> None:
         spec = gym.spec(name)
     except gym.error.Error as e:
         raise ValueError(f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick one of conf/env/*.yaml.") from e
-    for module, (what, hint) in EXTRAS.items():
-        if module in str(spec.entry_point):
+    for entry_point, (module, what, hint) in EXTRAS.items():
+        if entry_point in str(spec.entry_point):
             try:
                 __import__(module)  # only probing that the extra is installed
             except ImportError as e:
@@ -174,6 +178,7 @@ def make_vec_env(
     max_restarts: int = 0,
     check_obs: bool = True,
     step_timeout_s: float = 0.0,
+    training: bool = True,
 ) -> gym.vector.SyncVectorEnv:
     """``num_envs`` copies stepped in one process (the caller resets and seeds).
 
@@ -182,13 +187,14 @@ def make_vec_env(
     Each copy is a :class:`RestartingEnv`: made again up to ``max_restarts``
     times when it fails (0: the first failure ends the process, named), its
     observations checked with ``check_obs``, its steps bounded by
-    ``step_timeout_s`` (0: unbounded).
+    ``step_timeout_s`` (0: unbounded). ``training=False``: made for
+    evaluation (:func:`made_for`).
     """
     check_env_id(env_id)
-    bound = watchdog(step_timeout_s)
+    bound, flavour = watchdog(step_timeout_s), made_for(env_id, training)
 
     def make_one() -> gym.Env:
-        return gym.make(env_id, max_episode_steps=max_episode_steps)
+        return gym.make(env_id, max_episode_steps=max_episode_steps, **flavour)
 
     def make(index: int) -> Callable[[], gym.Env]:
         return lambda: RestartingEnv(make_one, env_id, max_restarts, index, check_obs, bound)
@@ -220,6 +226,20 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
             obs_dtype,
         )
     raise ValueError(f"action space {act_space} is not supported: use Discrete or Box")
+
+
+def reports_games(envs: gym.vector.VectorEnv) -> bool:
+    """Whether the envs report whole games apart from the learner's episodes (Atari: harness.collect.pixels)."""
+    try:
+        return bool(getattr(envs, "envs")[0].get_wrapper_attr("reports_games"))  # noqa: B009  (a SyncVectorEnv's)
+    except AttributeError:
+        return False
+
+
+def made_for(env_id: str, training: bool) -> dict[str, bool]:
+    """gym.make's extra arguments: an env registered with a ``training`` flag (Atari's: lives as episodes, FIRE
+    on reset, clipped rewards) is made with ``training=False`` for evaluation."""
+    return {"training": training} if "training" in gym.spec(env_id.rpartition(":")[2]).kwargs else {}
 
 
 def env_spec(env_id: str, max_episode_steps: int | None = None) -> EnvSpec:

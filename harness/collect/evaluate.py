@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.collect.envs import check_env_id, make_vec_env, to_tensor
+from harness.collect.envs import check_env_id, made_for, make_vec_env, to_tensor
 from harness.metrics import video
 from harness.metrics.stats import EvalResult
 from harness.sync.contract import Header
@@ -63,11 +63,12 @@ def video_schedule(run_dir: Optional[str], every: int) -> Optional[VideoSchedule
 def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int], render: bool) -> gym.vector.SyncVectorEnv:
     """``episodes`` envs; with ``render``, env 0 draws RGB frames (off-screen, no display needed)."""
     if not render:
-        return make_vec_env(env_id, episodes, max_episode_steps)
+        return make_vec_env(env_id, episodes, max_episode_steps, training=False)
     check_env_id(env_id)
     video.headless_rendering()
+    flavour = made_for(env_id, training=False)
     makers = [
-        lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None)
+        lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None, **flavour)
         for i in range(episodes)
     ]
     return gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.collect.envs import spec_of, to_tensor
+from harness.collect.envs import reports_games, spec_of, to_tensor
 from harness.packing import pack
 from harness.sync.contract import Header
 
@@ -99,6 +99,7 @@ class RolloutCollector:
         self.policy_fields = [k for k in self.fields if k not in env_fields]
         self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
+        self.games = reports_games(envs)  # Atari: count whole games (raw returns), not the learner's episodes
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -166,8 +167,21 @@ class RolloutCollector:
         for value in stats.values():
             value.zero_()
         stats["env_restarts"].add_(int(restarted.sum()))
-        self._count_episodes(rewards64, a["done"] | restarted, restarted)
+        if self.games:
+            self._count_games(final)
+        else:
+            self._count_episodes(rewards64, a["done"] | restarted, restarted)
         self.batch["next_obs"].copy_(self.obs)
+
+    def _count_games(self, final: list[tuple[int, dict]]) -> None:
+        """Games that ended in this batch, as the envs report them (:class:`harness.collect.pixels.GameStats`):
+        their raw returns and lengths, where the learner's episodes end at lost lives and see clipped rewards."""
+        for _, info in final:
+            ended = info["final_info"]
+            for i in np.flatnonzero(ended.get("_game_return", ())):
+                self.stats["episodes"].add_(1)
+                self.stats["return_sum"].add_(float(ended["game_return"][i]))
+                self.stats["length_sum"].add_(float(ended["game_length"][i]))
 
     def _count_episodes(self, rewards: np.ndarray, ends: np.ndarray, restarted: np.ndarray) -> None:
         """Episodes that ended in this batch (``ends [T, N]``, but for

@@ -1,0 +1,105 @@
+"""Atari as the harness makes it (harness/collect/pixels.py): envpool's preprocessing against a reference written
+out on the raw emulator, and the training flavour's lives, FIRE and clipped rewards against the games it reports."""
+
+from __future__ import annotations
+
+import cv2
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from harness.algos import algorithm_for
+from harness.collect.envs import env_spec, make_vec_env
+from harness.collect.rollout import RolloutCollector
+from harness.sync import Header
+
+pytestmark = pytest.mark.unit
+
+BREAKOUT = "harness/Atari-Breakout-v5"
+
+
+def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
+    """envpool's defaults on the raw emulator, step by step: 1 to 30 no-ops after the reset (drawn from the env's
+    generator, as gymnasium's AtariPreprocessing draws them), then each action repeated for 4 emulator frames, the
+    grayscale screens of the last two max-pooled and shrunk to 84x84 (OpenCV's INTER_AREA), and the newest 4 of
+    these stacked oldest first, the first frame repeated to fill the stack at the start."""
+    env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=108_000)
+    env.reset(seed=seed)
+    ale = env.unwrapped.ale
+    for _ in range(env.unwrapped.np_random.integers(1, 31)):
+        env.step(0)
+
+    def shrunk(screen: np.ndarray) -> np.ndarray:
+        return cv2.resize(screen, (84, 84), interpolation=cv2.INTER_AREA)
+
+    frames = [shrunk(ale.getScreenGrayscale())] * 4
+    stacks = [np.stack(frames)]
+    for action in actions:
+        screens = []
+        for _ in range(4):
+            env.step(action)
+            screens.append(ale.getScreenGrayscale())
+        frames = [*frames[1:], shrunk(np.maximum(screens[-2], screens[-1]))]
+        stacks.append(np.stack(frames))
+    env.close()
+    return stacks
+
+
+def test_preprocessing_matches_envpools_written_out_on_the_emulator():
+    """The evaluation flavour (no FIRE, no lives): frame skip with max-pooling, 84x84 grayscale, stack order and
+    the no-op start, frame for frame."""
+    actions = [1, 1, 2, 3, 2, 0, 1, 3, 3, 2, 1, 0]
+    envs = make_vec_env(BREAKOUT, 1, training=False)
+    obs, _ = envs.reset(seed=5)
+    seen = [obs[0]]
+    for action in actions:
+        obs, *_ = envs.step(np.array([action]))
+        seen.append(obs[0])
+    envs.close()
+    expected = reference_observations(5, actions)
+    assert all(o.shape == (4, 84, 84) and o.dtype == np.uint8 for o in seen)
+    for step, (got, want) in enumerate(zip(seen, expected)):
+        assert np.array_equal(got, want), f"step {step}"
+    assert not np.array_equal(seen[-1][-1], seen[-1][-2])  # the ball moved: the newest frame is last
+
+
+def test_a_lost_life_ends_a_training_episode_but_not_the_reported_game():
+    envs = make_vec_env(BREAKOUT, 1)  # the training flavour, as collectors make it
+    envs.reset(seed=3)
+    ale = envs.envs[0].unwrapped.ale
+    rng = np.random.default_rng(0)
+    episodes, games, clipped_sum, rewards = 0, [], 0.0, set()
+    for _ in range(5_000):
+        _, reward, terminated, truncated, info = envs.step(rng.integers(0, 4, size=1))
+        rewards.add(float(reward[0]))
+        clipped_sum += float(reward[0])
+        if terminated[0] or truncated[0]:
+            episodes += 1
+            final = info["final_info"]
+            if final.get("_game_return", [False])[0]:
+                games.append(float(final["game_return"][0]))
+                break
+            assert ale.lives() > 0  # a life lost: the game goes on, not reset to a new one
+    envs.close()
+    assert len(games) == 1 and episodes == 5, (episodes, games)  # Breakout's 5 lives: 5 learner's episodes, 1 game
+    assert rewards <= {0.0, 1.0}  # clipped for the learner
+    assert games[0] >= clipped_sum > 0  # the raw return: Breakout's bricks are worth 1, 4 or 7
+
+
+def test_the_collector_counts_whole_games_with_raw_returns():
+    spec = env_spec(BREAKOUT)
+    policy = algorithm_for("ppo", spec).make_policy(algorithm_for("ppo", spec).Config(), spec)
+    envs = make_vec_env(BREAKOUT, 2)
+    collector = RolloutCollector(envs, policy, 2 * 400, seed=1)
+    games = lost_lives = 0.0
+    returns = 0.0
+    for _ in range(4):
+        with torch.no_grad():
+            batch = collector.collect(Header(0))
+        games += float(batch["stats", "episodes"])
+        returns += float(batch["stats", "return_sum"])
+        lost_lives += float(batch["rollout", "done"].sum())
+    envs.close()
+    assert games >= 1 and lost_lives >= 5 * games  # the learner's episodes are lives, the stats count games
+    assert returns / games >= 1  # a random Breakout game breaks a brick or more: raw returns, not per life
