@@ -5,10 +5,10 @@ Atari (``pip install -e '.[atari]'``: ale-py, ROMs included): registered as
 as envpool's defaults, with the two options CleanRL's ``ppo_atari_envpool.py``
 turns on, so that scores compare with CleanRL's tables: 84x84 grayscale,
 4 frames skipped with the last two max-pooled, 4 frames stacked, up to 30
-no-op starts, sticky actions off, the minimal action set, at most 108k
-emulator frames a game; for training (``training=True``, what collectors
-make) also a lost life ends an episode for the learner, FIRE after each
-(re)start in games that have it, and rewards clipped to their sign. The
+no-op starts, FIRE at the start in games that have it, sticky actions off,
+the minimal action set, at most 108k emulator frames a game; for training
+(``training=True``, what collectors make) also a lost life ends an episode
+for the learner (FIRE after it too), and rewards are clipped to their sign. The
 returns reported (``train/episode_return``, evaluations) are the whole game's,
 unclipped: :class:`GameStats` counts them below the training wrappers, and
 evaluation makes the env with ``training=False``. Against ``ALE/<Game>-v5``'s
@@ -126,8 +126,9 @@ def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
     env = GameStats(gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84))
     if training:
         env = EpisodicLife(env)
-        if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-            env = FireReset(env)
+    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
+        env = FireReset(env)  # in training after each lost life too; in evaluation, at the game's start
+    if training:
         env = gym.wrappers.TransformReward(env, lambda reward: float(np.sign(float(reward))))
     return gym.wrappers.FrameStackObservation(env, 4)
 

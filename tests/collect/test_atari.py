@@ -8,13 +8,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import column, rows, run_harness
 
 from harness.algos import algorithm_for
 from harness.collect.envs import env_spec, make_vec_env
 from harness.collect.rollout import RolloutCollector
 from harness.sync import Header
-
-pytestmark = pytest.mark.unit
 
 BREAKOUT = "harness/Atari-Breakout-v5"
 
@@ -22,33 +21,34 @@ BREAKOUT = "harness/Atari-Breakout-v5"
 def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
     """envpool's defaults on the raw emulator, step by step: 1 to 30 no-ops after the reset (drawn from the env's
     generator, as gymnasium's AtariPreprocessing draws them), then each action repeated for 4 emulator frames, the
-    grayscale screens of the last two max-pooled and shrunk to 84x84 (OpenCV's INTER_AREA), and the newest 4 of
-    these stacked oldest first, the first frame repeated to fill the stack at the start."""
+    grayscale screens of the last two max-pooled and shrunk to 84x84 (OpenCV's INTER_AREA), starting with FIRE,
+    and the newest 4 of these stacked oldest first, the first frame repeated to fill the stack at the start."""
     env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=108_000)
     env.reset(seed=seed)
     ale = env.unwrapped.ale
     for _ in range(env.unwrapped.np_random.integers(1, 31)):
         env.step(0)
 
-    def shrunk(screen: np.ndarray) -> np.ndarray:
-        return cv2.resize(screen, (84, 84), interpolation=cv2.INTER_AREA)
-
-    frames = [shrunk(ale.getScreenGrayscale())] * 4
-    stacks = [np.stack(frames)]
-    for action in actions:
+    def agent_step(action: int) -> np.ndarray:
         screens = []
         for _ in range(4):
             env.step(action)
             screens.append(ale.getScreenGrayscale())
-        frames = [*frames[1:], shrunk(np.maximum(screens[-2], screens[-1]))]
+        return cv2.resize(np.maximum(screens[-2], screens[-1]), (84, 84), interpolation=cv2.INTER_AREA)
+
+    frames = [agent_step(1)] * 4  # FIRE, which Breakout waits for
+    stacks = [np.stack(frames)]
+    for action in actions:
+        frames = [*frames[1:], agent_step(action)]
         stacks.append(np.stack(frames))
     env.close()
     return stacks
 
 
+@pytest.mark.unit
 def test_preprocessing_matches_envpools_written_out_on_the_emulator():
-    """The evaluation flavour (no FIRE, no lives): frame skip with max-pooling, 84x84 grayscale, stack order and
-    the no-op start, frame for frame."""
+    """The evaluation flavour (no lives, raw rewards): frame skip with max-pooling, 84x84 grayscale, stack order,
+    the no-op start and FIRE, frame for frame."""
     actions = [1, 1, 2, 3, 2, 0, 1, 3, 3, 2, 1, 0]
     envs = make_vec_env(BREAKOUT, 1, training=False)
     obs, _ = envs.reset(seed=5)
@@ -64,6 +64,7 @@ def test_preprocessing_matches_envpools_written_out_on_the_emulator():
     assert not np.array_equal(seen[-1][-1], seen[-1][-2])  # the ball moved: the newest frame is last
 
 
+@pytest.mark.unit
 def test_a_lost_life_ends_a_training_episode_but_not_the_reported_game():
     envs = make_vec_env(BREAKOUT, 1)  # the training flavour, as collectors make it
     envs.reset(seed=3)
@@ -87,6 +88,7 @@ def test_a_lost_life_ends_a_training_episode_but_not_the_reported_game():
     assert games[0] >= clipped_sum > 0  # the raw return: Breakout's bricks are worth 1, 4 or 7
 
 
+@pytest.mark.unit
 def test_the_collector_counts_whole_games_with_raw_returns():
     spec = env_spec(BREAKOUT)
     policy = algorithm_for("ppo", spec).make_policy(algorithm_for("ppo", spec).Config(), spec)
@@ -103,3 +105,26 @@ def test_the_collector_counts_whole_games_with_raw_returns():
     envs.close()
     assert games >= 1 and lost_lives >= 5 * games  # the learner's episodes are lives, the stats count games
     assert returns / games >= 1  # a random Breakout game breaks a brick or more: raw returns, not per life
+
+
+@pytest.mark.e2e
+def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
+    """The preset, shrunk: 1 trainer + 2 collectors, uint8 stacks on the channel, the Nature CNN on the trainer,
+    games counted with raw returns, the final weights evaluated on the evaluation flavour."""
+    args = [
+        "experiment=ppo_atari",
+        "collector.total_frames=1024",
+        "collector.num_envs=2",
+        "collector.frames_per_batch=256",
+        "logger.log_every_frames=512",
+        "eval.every_frames=1024",
+        "eval.episodes=1",
+        "env.max_episode_steps=300",  # an untrained policy may never serve again after a lost life: bound its game
+        "run_dir=run",
+    ]
+    out = run_harness(args, tmp_path, nproc=3, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = rows(tmp_path / "run")
+    assert [int(r["frames"]) for r in table] == [512, 1024]
+    assert float(table[-1]["sync/bytes"]) > 4 * 1_600_000  # the actor's Nature CNN: 1.7M float32 parameters
+    assert sum(column(table, "train/episodes")) >= 1 and float(table[-1]["eval/final_return"]) >= 0
