@@ -3,7 +3,8 @@
     scripts/gpu_check.sh [--out DIR] [--dry-run]
 
 1. ``harness.train`` through torchrun, the trainer on CUDA and 2 CPU collectors:
-   PPO CartPole and SAC Pendulum, short budgets, ``sync=gloo``, ``shm``, ``hierarchical``;
+   PPO CartPole and SAC Pendulum, short budgets, ``sync=gloo``, ``shm``, ``hierarchical``; PPO on
+   Atari Breakout (the Nature CNN), ``sync=gloo``;
 2. ``sync=nccl`` with GPU collectors when the machine has a GPU per rank (else skipped, saying so);
 3. ``benchmarks/update.py`` on CUDA (eager, compiled, amp) for every algorithm, the CPU's beside it;
 4. ``benchmarks/weight_sync.py`` with a CUDA publisher: a 10M-parameter policy to CPU collectors
@@ -38,11 +39,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS = ["sac", "td3", "dqn", "ppo", "iql", "cql"]  # timed in this order: the costliest compile last
 # Seconds each step may take on the GPU machine (compile times included). On one GPU (no nccl step)
-# they add up to 60 + 3 x 25 + 3 x 35 + 120 + 45 + 55 = 460 s, under 8 minutes with the set-up.
+# they add up to 60 + 3 x 25 + 3 x 35 + 45 + 120 + 45 + 55 = 505 s, under 9 minutes with the set-up.
 BUDGET_S = {
     "tests": 60,
     "ppo_cartpole": 25,
     "sac_pendulum": 35,
+    "ppo_atari": 45,
     "nccl": 45,
     "update_gpu": 120,
     "update_cpu": 45,
@@ -58,7 +60,12 @@ RUNS = {  # what a run trains, on the GPU machine and in a dry run (shorter)
         ["collector.total_frames=3000", "algo.learning_starts=1000", "logger.log_every_frames=1000"],
         ["collector.total_frames=768", "algo.learning_starts=512", "algo.batch_size=32", "logger.log_every_frames=256"],
     ),
+    "ppo_atari": (  # a CNN: where a GPU trainer matters most (CPU collectors step Breakout)
+        ["collector.total_frames=8192", "logger.log_every_frames=4096"],
+        ["collector.total_frames=1024", "collector.num_envs=2", "collector.frames_per_batch=256", "logger.log_every_frames=512"],
+    ),
 }
+SCHEMES = {"ppo_atari": ("gloo",)}  # the others run with every scheme one node has
 
 
 class Check:
@@ -157,7 +164,7 @@ def launch(c: Check, name: str, preset: str, overrides: list[str], nproc: int, b
 def runs(c: Check) -> None:
     c.step = "1"
     for preset, (real, dry) in RUNS.items():
-        for scheme in ("gloo", "shm", "hierarchical"):
+        for scheme in SCHEMES.get(preset, ("gloo", "shm", "hierarchical")):
             overrides = [f"sync={scheme}", f"trainer.device={c.device}", "collector.device=cpu", *(dry if c.dry_run else real)]
             launch(c, f"{preset}-{scheme}", preset, overrides, 3, BUDGET_S[preset])
 

@@ -18,7 +18,7 @@ cd "$ROOT"
 WHEELHOUSE=${WHEELHOUSE:-$ROOT/.whl}
 SITE=${SITE:-/tmp/harness-gpu-site}
 # What a GPU image usually lacks, at the versions constraints.txt pins (all pure Python: any Python 3 takes them).
-NEEDED="tensordict pyvers hydra-core omegaconf antlr4-python3-runtime gymnasium Farama-Notifications"
+NEEDED="tensordict pyvers hydra-core omegaconf antlr4-python3-runtime gymnasium Farama-Notifications ale-py opencv-python-headless"
 MODULES="tensordict hydra omegaconf gymnasium"
 
 pinned() {  # "name==version" for each name, from constraints.txt
@@ -45,7 +45,7 @@ sees_gpu() { "$1" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available()
 if [ -n "${PYTHON:-}" ]; then
   PY=$PYTHON
 elif [[ " $* " == *" --dry-run "* ]]; then
-  EXTRAS="test"
+  EXTRAS="test,atari"
   source scripts/_env.sh  # .venv with the CPU torch, as scripts/test.sh makes it
   PY=$VENV/bin/python
 else
