@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ("collect/frames_per_s", "collect/frames_dropped_fraction", "train/idle_fraction", "collect/idle_fraction")
@@ -84,9 +85,9 @@ def main() -> None:
         for mode, slowed in cases:
             results[mode, slowed].append(launch(mode, slowed, args, seed=1 + repeat))
             print(f"repeat {repeat + 1} {mode} {'slowed' if slowed else 'even'}: {results[mode, slowed][-1]}", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for mode, slowed in cases:
-        row = {"mode": mode, "collectors": "slowed" if slowed else "even"}
+        row: dict[str, Any] = {"mode": mode, "collectors": "slowed" if slowed else "even"}
         row.update({k: statistics.median(r[k] for r in results[mode, slowed]) for k in COLUMNS})
         rows.append(row)
     for row in rows:

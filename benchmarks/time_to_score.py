@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,7 @@ def main() -> None:
             "reference": contestants["reference"],
         }
     for name, *overrides in args.variant:
-        contestants[name] = (lambda tmp, o=tuple(overrides): harness(tmp, o), harness_returns, ROOT)
+        contestants[name] = (partial(harness, overrides=tuple(overrides)), harness_returns, ROOT)
     if args.no_reference:
         del contestants["reference"]
     runs: dict[str, list[tuple[float | None, float]]] = {name: [] for name in contestants}
