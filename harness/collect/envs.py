@@ -212,7 +212,7 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
             f"image observations {obs_shape} of dtype {obs_space.dtype}: the harness takes images as uint8, channels first "
             "(harness/collect/pixels.py has wrappers that make them so)"
         )
-    obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"  # to_tensor: other dtypes become float32
+    obs_dtype = "uint8" if len(obs_shape) == 3 else "float32"  # images stay bytes; state vectors are stored as float32
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(obs_shape, True, (), int(act_space.n), obs_dtype=obs_dtype)
     if isinstance(act_space, gym.spaces.Box):
