@@ -20,6 +20,7 @@ from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
 from harness.packing import flat_region, pack, pack_parameters_
 from harness.roles.state import Progress, TrainerState
+from harness.specs import EnvSpec
 from harness.sync.nccl import watchdog_s
 from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
 
@@ -228,15 +229,22 @@ def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_
 # fused Adam has no meta kernel (``optim.adam`` takes the plain one there; fused Adam runs in every CPU
 # test), nor does the foreach gradient-norm clip (PPO uses the per-tensor one there), nor autocast
 # (``algo.amp`` is measured by tests/devices/test_gpu.py and the GPU check), nor torch.compile (compile=False here).
+def observations(spec, *batch: int) -> torch.Tensor:
+    """Random observations as collectors send them: images as uint8 ``[..., C, H, W]``, state vectors as float32."""
+    if spec.pixels:
+        return torch.randint(0, 256, (*batch, *spec.obs_shape), dtype=torch.uint8)
+    return torch.randn(*batch, spec.obs_dim)
+
+
 def frames_for(spec, n: int = 64) -> list[TensorDict]:
     """One collector's batch of ``n`` random transitions (``spec``'s shapes), as ``update`` takes it."""
     if not spec.discrete:
         return pendulum_frames(n)
     data = TensorDict(
-        obs=torch.randn(n, spec.obs_dim),
+        obs=observations(spec, n),
         action=torch.randint(0, spec.num_actions, (n,)),
         reward=torch.randn(n),
-        next_obs=torch.randn(n, spec.obs_dim),
+        next_obs=observations(spec, n),
         terminated=torch.zeros(n, dtype=torch.bool),
         batch_size=[n],
     )
@@ -247,7 +255,7 @@ def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
     """One collector's sync round for PPO: ``[steps, envs]`` frames and the observation after them."""
     action = torch.randint(0, spec.num_actions, (steps, envs)) if spec.discrete else torch.randn(steps, envs, spec.num_actions)
     rollout = TensorDict(
-        obs=torch.randn(steps, envs, spec.obs_dim),
+        obs=observations(spec, steps, envs),
         action=action,
         logprob=torch.randn(steps, envs),
         reward=torch.randn(steps, envs),
@@ -255,14 +263,16 @@ def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
         terminated=torch.rand(steps, envs) < 0.1,
         batch_size=[steps, envs],
     )
-    return [TensorDict(rollout=rollout, next_obs=torch.randn(envs, spec.obs_dim))]
+    return [TensorDict(rollout=rollout, next_obs=observations(spec, envs))]
 
 
 CARTPOLE = env_spec("CartPole-v1")
+ATARI = EnvSpec((4, 84, 84), True, (), 4, obs_dtype="uint8")  # as harness/Atari-Breakout-v5 reads
 # Each with the options that write into its batches (normalised observations, scaled rewards).
 ON_A_DEVICE = {
     "ppo": (CARTPOLE, {}),
     "ppo-vtrace": (CARTPOLE, {"vtrace": True}),
+    "ppo-atari": (ATARI, {}),  # the Nature CNN on uint8 stacks
     "ppo-continuous": (PENDULUM, {"normalize_obs": True, "normalize_reward": True}),
     "sac": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
     "td3": (PENDULUM, {"normalize_obs": True, "batch_size": 8, "learning_starts": 0}),
@@ -270,6 +280,7 @@ ON_A_DEVICE = {
     "iql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql-discrete": (CARTPOLE, {"reward_scale": 0.5, "batch_size": 8}),
+    "dqn-atari": (ATARI, {"batch_size": 8, "learning_starts": 0}),
 }
 
 
