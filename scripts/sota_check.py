@@ -60,6 +60,8 @@ PRESETS = {
     "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
     "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
+    "ppo_atari": Published("PPO", "Breakout (ALE v5, envpool's settings)", "415 (CleanRL, envpool)", 10_000_000),
+    "dqn_atari": Published("DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000),
 }
 
 
