@@ -34,7 +34,7 @@ import numpy as np
 MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 MINATAR_HINT = "pip install -e '.[minatar]'  (or: .venv/bin/pip install MinAtar)"
 ATARI_GAMES = ("Breakout", "Pong", "BeamRider", "SpaceInvaders", "Seaquest")
-ATARI_HINT = "pip install -e '.[atari]'  (or: .venv/bin/pip install ale-py)"
+ATARI_HINT = "pip install -e '.[atari]'  (or: .venv/bin/pip install ale-py opencv-python-headless)"
 
 
 class ChannelsFirst(gym.ObservationWrapper):
