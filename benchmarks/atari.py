@@ -23,16 +23,13 @@ The job (``--job-frames`` > 0): ``experiment=ppo_atari`` through torchrun with
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from jobs import run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,25 +87,13 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
 
 
 def job(collectors: int, frames: int, env: str) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            str(Path(sys.executable).parent / "torchrun"),
-            "--standalone",
-            f"--nproc_per_node={collectors + 1}",
-            "-m",
-            "harness.train",
-            "experiment=ppo_atari",
-            f"env={env}",
-            f"collector.total_frames={frames}",
-            f"logger.log_every_frames={frames // 5}",
-            "logger.console=false",
-            "checkpoint.every_frames=0",
-            f"run_dir={tmp}/run",
-        ]
-        env_vars = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run(cmd, cwd=tmp, env=env_vars, check=True, capture_output=True, timeout=3600)
-        with open(f"{tmp}/run/metrics.csv", newline="") as f:
-            return statistics.median(float(r["collect/frames_per_s"]) for r in list(csv.DictReader(f))[1:])
+    overrides = [
+        "experiment=ppo_atari",
+        f"env={env}",
+        f"collector.total_frames={frames}",
+        f"logger.log_every_frames={frames // 5}",
+    ]
+    return statistics.median(float(r["collect/frames_per_s"]) for r in run_job(collectors + 1, overrides))
 
 
 def main() -> None:

@@ -21,52 +21,28 @@ as long as its batches stay within ``collector.max_policy_lag``).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from jobs import run_job
+
 COLUMNS = ("collect/frames_per_s", "collect/frames_dropped_fraction", "train/idle_fraction", "collect/idle_fraction")
 
 
 def launch(mode: str, slowed: bool, args: argparse.Namespace, seed: int) -> dict[str, float]:
     """One run; the medians of its rows' COLUMNS, the first row left out."""
     nproc = 1 + args.collectors
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}",
-        "SLOW_STEP_S": str(args.step_s),
-        "SLOW_FACTOR": str(args.factor),
-        "SLOW_RANK": str(nproc - 1) if slowed else "none",
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            str(Path(sys.executable).parent / "torchrun"),
-            "--standalone",
-            f"--nproc_per_node={nproc}",
-            "-m",
-            "harness.train",
-            "env.id=slow_env:SlowCartPole-v0",
-            f"collector.mode={mode}",
-            f"collector.total_frames={args.frames}",
-            f"logger.log_every_frames={args.frames // 10}",
-            f"seed={seed}",
-            f"run_dir={tmp}/run",
-            "logger.console=false",
-            "checkpoint.every_frames=0",
-        ]
-        out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
-        if out.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-        with open(f"{tmp}/run/metrics.csv", newline="") as f:
-            rows = list(csv.DictReader(f))[1:]
+    slow = {"SLOW_STEP_S": str(args.step_s), "SLOW_FACTOR": str(args.factor), "SLOW_RANK": str(nproc - 1) if slowed else "none"}
+    overrides = [
+        "env.id=slow_env:SlowCartPole-v0",
+        f"collector.mode={mode}",
+        f"collector.total_frames={args.frames}",
+        f"logger.log_every_frames={args.frames // 10}",
+        f"seed={seed}",
+    ]
+    rows = run_job(nproc, overrides, slow, timeout=1800)
     return {k: statistics.median(float(r[k]) for r in rows) for k in COLUMNS}
 
 

@@ -1,0 +1,36 @@
+"""A benchmark's training job: ``torchrun ... -m harness.train`` in a temporary run directory, its rows back."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_job(nproc: int, overrides: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> list[dict[str, str]]:
+    """One launch of this checkout's harness (every process with one thread, ``benchmarks/`` importable for its
+    envs) with ``overrides``; the rows of its metrics.csv, the first one (start-up) left out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "harness.train",
+            *overrides,
+            "logger.console=false",
+            "checkpoint.every_frames=0",
+            f"run_dir={tmp}/run",
+        ]
+        paths = f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"
+        variables = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": paths, **(env or {})}
+        out = subprocess.run(cmd, cwd=tmp, env=variables, capture_output=True, text=True, timeout=timeout)
+        if out.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+        with open(f"{tmp}/run/metrics.csv", newline="") as f:
+            return list(csv.DictReader(f))[1:]
