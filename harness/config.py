@@ -19,8 +19,11 @@ from harness import resolvers
 from harness.algos import ALGOS, algorithm_for, check_observations
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.checkpoint import CheckpointConfig
+from harness.collect.config import CollectorConfig
 from harness.collect.envs import check_env_id, env_spec
+from harness.distributed.placement import check_placement
 from harness.metrics.video import check_video_support
+from harness.sync import SCHEMES
 from harness.sync.config import SyncConfig
 
 
@@ -29,13 +32,6 @@ class TopologyConfig:
     """Which ranks do what."""
 
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
-
-
-def check_placement(section: str, device: str, threads: str) -> None:
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
-    if threads != "auto" and not (threads.isdigit() and int(threads) >= 1):
-        raise ValueError(f"{section}.threads={threads!r}: choose auto or a number of threads >= 1")
 
 
 @dataclass
@@ -47,56 +43,6 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_placement("trainer", self.device, self.threads)
-
-
-@dataclass
-class CollectorConfig:
-    """How collectors gather experience."""
-
-    # sync: in round r every collector acts with weights version r (on-policy);
-    # async: collectors stream batches, taking the newest weights before every env step.
-    mode: str = "sync"
-    pipeline: bool = False  # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly 1)
-    max_policy_lag: int = 4  # async mode: frames older than this many versions when the trainer gets them are dropped
-    num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
-    frames_per_batch: int = 256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
-    total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
-    device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
-    threads: str = "auto"  # auto: OMP_NUM_THREADS if set, else one per collector
-    max_env_restarts: int = 3  # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up to this many times per env
-    check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
-    env_step_timeout_s: float = 60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
-
-    def __post_init__(self) -> None:
-        check_placement("collector", self.device, self.threads)
-        if self.max_env_restarts < 0:
-            raise ValueError(
-                f"collector.max_env_restarts must be >= 0 (0: an env error ends the run), got {self.max_env_restarts}"
-            )
-        if self.env_step_timeout_s < 0:
-            raise ValueError(
-                f"collector.env_step_timeout_s={self.env_step_timeout_s}: the seconds an env step may last must be >= 0 "
-                "(0: no bound)"
-            )
-        if self.mode not in ("sync", "async"):
-            raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")
-        if self.pipeline and self.mode != "sync":
-            raise ValueError("collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway")
-        if self.max_policy_lag < 0:
-            raise ValueError(f"collector.max_policy_lag must be >= 0, got {self.max_policy_lag}")
-        counts = {
-            "num_envs": "envs per collector",
-            "frames_per_batch": "frames per batch",
-            "total_frames": "frames to learn from",
-        }
-        for name, what in counts.items():
-            if getattr(self, name) < 1:
-                raise ValueError(f"collector.{name}={getattr(self, name)}: the number of {what} must be >= 1")
-        if self.frames_per_batch % self.num_envs:
-            raise ValueError(
-                f"collector.frames_per_batch={self.frames_per_batch} is not a multiple of "
-                f"collector.num_envs={self.num_envs}: every env must take the same number of steps per batch"
-            )
 
 
 @dataclass
@@ -197,6 +143,12 @@ class Config:
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         self._check_trainers()
+        if self.collector.max_restarts and SCHEMES[self.sync.name].gpu_collectors:
+            raise ValueError(
+                f"collector.max_restarts={self.collector.max_restarts} with sync={self.sync.name}: a replaceable "
+                "collector takes its weights from its rank through the node's shared memory, and NCCL delivers them "
+                "into each collector's GPU, in a group fixed when the job starts. Use sync=gloo, shm or hierarchical"
+            )
         if self.algo.name == "ppo" and self.algo.vtrace is None:  # V-trace where frames are older than the weights
             self.algo.vtrace = self.collector.mode == "async" or self.collector.pipeline
 

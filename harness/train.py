@@ -35,6 +35,7 @@ from harness.distributed.setup import Groups, init_distributed, resolve_run_dir,
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.evaluator import run_evaluator
+from harness.roles.supervisor import run_supervised_collector
 from harness.roles.trainer import run_trainer
 from harness.sync import SCHEMES
 
@@ -150,7 +151,10 @@ def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) 
             run_trainer(cfg, layout, groups, run_dir)
         else:
             assert groups is not None  # a collector is never the only rank
-            role = run_evaluator if ALGOS[cfg.algo.name].offline else run_collector
+            if ALGOS[cfg.algo.name].offline:
+                role = run_evaluator
+            else:
+                role = run_supervised_collector if cfg.collector.max_restarts else run_collector
             role(cfg, layout, groups)
     except BaseException as e:
         traceback.clear_frames(e.__traceback__)

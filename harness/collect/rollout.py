@@ -14,7 +14,10 @@ A batch is one message of the data channel:
   the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
   message, which carries no frames); ``collect_s``, the seconds this batch's
   steps took, and ``wait_s``, the seconds the collector waited before them
-  (for the trainer to take its previous batch, or for the next version).
+  (for the trainer to take its previous batch, or for the next version);
+  ``collector_restarts`` and ``frames_lost``: worker processes of this
+  collector replaced since its previous batch, and the frames their
+  unfinished batches held (:mod:`harness.roles.supervisor`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from tensordict import TensorDict
 
 from harness.algos.base import Policy
 from harness.collect.envs import reports_games, spec_of, to_tensor
-from harness.packing import pack
+from harness.packing import buffer_of, pack
 from harness.sync.contract import Header
 
 STATS = (
@@ -43,6 +46,8 @@ STATS = (
     "last",
     "collect_s",
     "wait_s",
+    "collector_restarts",
+    "frames_lost",
 )
 
 
@@ -77,10 +82,19 @@ def batch_template(
 class RolloutCollector:
     """Steps ``envs`` with ``policy`` and fills one packed batch per call.
 
-    The batch is reused: it is valid until the next ``collect``.
+    The batch is reused: it is valid until the next ``collect``. ``shared``:
+    it lives in shared memory, for another process to send.
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, policy: Policy, frames_per_batch: int, seed: int, next_obs: bool = False):
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        policy: Policy,
+        frames_per_batch: int,
+        seed: int,
+        next_obs: bool = False,
+        shared: bool = False,
+    ):
         self.envs, self.policy = envs, policy
         self.num_envs = envs.num_envs
         if frames_per_batch % self.num_envs:
@@ -91,6 +105,8 @@ class RolloutCollector:
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         assert obs_space.shape is not None  # a Box: spec_of refuses other observation spaces at start-up
         self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs, spec_of(envs).obs_dtype)
+        if shared:  # in shared memory (another process sends it), before any view of it is taken
+            buffer_of(self.batch).share_memory_()
         # Per-field tensors and numpy views of them, looked up once: the step
         # loop then only copies (numpy item assignment is the cheapest there is).
         self.fields = dict(self.batch["rollout"].items())
@@ -100,6 +116,10 @@ class RolloutCollector:
         self.stats = {k: self.batch["stats", k] for k in STATS}
         self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
         self.games = reports_games(envs)  # Atari: count whole games (raw returns), not the learner's episodes
+        # A supervised worker's heartbeat (harness.roles.supervisor): [when it last stepped (0: not stepping),
+        # frames stepped since its supervisor last took a batch]
+        self.heartbeat: np.ndarray | None = None
+        self.seed = seed  # the first reset's; a resumed run's collector reseeds past it
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
@@ -122,8 +142,11 @@ class RolloutCollector:
         versions: list[int] = []
         final: list[tuple[int, dict]] = []  # (step, info) where an episode ended
         act = self.policy.actor()
-        started = time.perf_counter()
+        started, beat = time.perf_counter(), self.heartbeat
         for t in range(self.steps):
+            if beat is not None:
+                beat[0] = time.monotonic()
+                beat[1] += self.num_envs
             if refresh is not None:
                 header = refresh()
             out = act(self.obs, header.values)
@@ -138,6 +161,8 @@ class RolloutCollector:
             self.obs_array, self.obs = obs, to_tensor(obs)
         self._write(steps, versions, final)
         self.stats["collect_s"].fill_(time.perf_counter() - started)
+        if beat is not None:
+            beat[0] = 0.0  # not stepping: what follows (evaluation, handing the batch over) is not watched
         return self.batch
 
     def _write(self, steps: list[tuple], versions: list[int], final: list[tuple[int, dict]]) -> None:

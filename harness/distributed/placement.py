@@ -25,6 +25,14 @@ AUTO = "auto"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what torch's own thread count follows, in this order
 
 
+def check_placement(section: str, device: str, threads: str) -> None:
+    """A ``trainer`` or ``collector`` section's ``device`` and ``threads``, checked when the config loads."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
+    if threads != "auto" and not (threads.isdigit() and int(threads) >= 1):
+        raise ValueError(f"{section}.threads={threads!r}: choose auto or a number of threads >= 1")
+
+
 class PlacementError(ValueError):
     """A device or thread choice that cannot work here, with the fix."""
 

@@ -29,6 +29,8 @@ class RolloutStats:
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
     frames_dropped: float = 0.0  # their frames
     env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
+    collector_restarts: float = 0.0  # collectors' worker processes replaced (collector.max_restarts)
+    frames_lost: float = 0.0  # frames of the batches those workers left unfinished
     collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
     collector_wait_s: float = 0.0  # collectors' seconds waiting before them (for a trainer, or a version)
     trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches
@@ -47,6 +49,8 @@ class RolloutStats:
         self.eval_episodes += float(stats["eval_episodes"])
         self.eval_return_sum += float(stats["eval_return_sum"])
         self.env_restarts += float(stats["env_restarts"])
+        self.collector_restarts += float(stats["collector_restarts"])
+        self.frames_lost += float(stats["frames_lost"])
         self.collect_s += float(stats["collect_s"])
         self.collector_wait_s += float(stats["wait_s"])
         if dropped:
@@ -86,6 +90,8 @@ class RolloutStats:
             # wall-clock shares: how much of its time a collector did not step envs
             "collect/idle_fraction": mean(self.collector_wait_s, self.collector_wait_s + self.collect_s),
             "collect/env_restarts": self.env_restarts,
+            "collect/collector_restarts": self.collector_restarts,
+            "collect/frames_lost": self.frames_lost,
         }
         if self.eval_episodes:
             row["eval/return"] = self.eval_return_sum / self.eval_episodes

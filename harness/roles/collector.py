@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Optional, Protocol
 
 import torch
+from tensordict import TensorDict
+from torch import nn
 
 from harness.algos import algorithm_for
 from harness.collect.envs import make_vec_env, spec_of
@@ -16,30 +19,64 @@ from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.specs import EnvSpec
 from harness.sync import WeightSubscriber, make_subscriber
+
+REPLACEMENT_SEED = 1_000_003  # a replaced worker's seeds move this far per replacement: new episodes, new actions
+
+
+class Outlet(Protocol):
+    """Where a collector's batches go: its trainer (:class:`BatchSender`), or the rank that supervises it."""
+
+    def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None: ...
+
+    def send_last(self, batch: TensorDict) -> None: ...
+
+
+def make_collector(
+    cfg: Config, rank: int, incarnation: int = 0, shared: bool = False
+) -> tuple[RolloutCollector, Mapping[str, nn.Module], Sequence[str], EnvSpec]:
+    """Envs and a policy, not yet bound to any weights: the collector, the
+    policy's models with the names of the header's values (what a subscriber
+    connects), and the envs' spec.
+
+    Rank ``r``'s envs take seeds ``seed + r * num_envs`` onwards, so no two
+    envs of a job share a seed and the same seed reproduces the same run. The
+    ``incarnation``-th replacement of a supervised worker takes other seeds.
+    ``shared``: the batch is in shared memory (a worker's, which its rank sends).
+    """
+    torch.manual_seed(cfg.seed + rank)  # the models' initial weights: sync=none acts with them
+    c = cfg.collector
+    envs = make_vec_env(cfg.env.id, c.num_envs, cfg.env.max_episode_steps, c.max_env_restarts, c.check_obs, c.env_step_timeout_s)
+    spec = spec_of(envs)
+    algo = algorithm_for(cfg.algo.name, spec)
+    models = algo.make_models(cfg.algo, spec)
+    shift = REPLACEMENT_SEED * incarnation
+    if incarnation:
+        torch.manual_seed(cfg.seed + rank + shift)  # the actions' samples
+    seed = cfg.seed + rank * c.num_envs + shift
+    policy = algo.acting_policy(models)
+    collector = RolloutCollector(envs, policy, c.frames_per_batch, seed, algo.needs_next_obs, shared)
+    return collector, models, algo.header_values, spec
 
 
 def build_collector(cfg: Config, rank: int, subscriber: WeightSubscriber) -> RolloutCollector:
-    """Envs and a policy whose weights (with ``algo.normalize_obs``, also the
-    observation statistics) are bound to ``subscriber``'s buffer.
-
-    Rank ``r``'s envs take seeds ``seed + r * num_envs`` onwards, so no two
-    envs of a job share a seed and the same seed reproduces the same run.
-    """
-    torch.manual_seed(cfg.seed + rank)
-    c = cfg.collector
-    envs = make_vec_env(cfg.env.id, c.num_envs, cfg.env.max_episode_steps, c.max_env_restarts, c.check_obs, c.env_step_timeout_s)
-    algo = algorithm_for(cfg.algo.name, spec_of(envs))
-    models = algo.make_models(cfg.algo, spec_of(envs))
-    subscriber.connect(models, algo.header_values)
-    seed = cfg.seed + rank * cfg.collector.num_envs
-    return RolloutCollector(envs, algo.acting_policy(models), cfg.collector.frames_per_batch, seed, algo.needs_next_obs)
+    """A collector whose policy's weights (with ``algo.normalize_obs``, also
+    the observation statistics) are bound to ``subscriber``'s buffer."""
+    collector, models, values, _ = make_collector(cfg, rank)
+    subscriber.connect(models, values)
+    return collector
 
 
-def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutCollector) -> Optional[PeriodicEvaluation]:
+def evaluates(layout: Layout) -> bool:
     """Only the first collector evaluates, so each evaluation is counted once
     (and, with ``eval.video_every``, records the videos)."""
-    if not cfg.eval.every_frames or not (layout.single_process or layout.rank == layout.trainers):
+    return layout.single_process or layout.rank == layout.trainers
+
+
+def make_periodic_evaluation(cfg: Config, collector: RolloutCollector, first: bool) -> Optional[PeriodicEvaluation]:
+    """``first``: this is the collector that evaluates (:func:`evaluates`)."""
+    if not cfg.eval.every_frames or not first:
         return None
     seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every)
@@ -47,37 +84,49 @@ def make_periodic_evaluation(cfg: Config, layout: Layout, collector: RolloutColl
     return PeriodicEvaluation(evaluation, cfg.eval.every_frames)
 
 
+def collect_loop(
+    cfg: Config,
+    rank: int,
+    collector: RolloutCollector,
+    subscriber: WeightSubscriber,
+    outlet: Outlet,
+    evaluation: Optional[PeriodicEvaluation],
+) -> None:
+    """Batches acted with the newest weights, into ``outlet``, until the trainer's stop."""
+    streaming = cfg.collector.mode == "async"
+    header = subscriber.wait(min_version=0)
+    if header.frames:  # a resumed run, or a replaced worker: new episodes, not a replay of earlier ones
+        collector.reset(collector.seed + header.frames)
+    first_round, waited_s = True, 0.0
+    while not header.stop:
+        if streaming:  # the newest weights before every env step
+            batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
+        else:
+            batch = collector.collect(header)
+        if evaluation is not None:
+            evaluation.maybe_run(batch, subscriber.current_header())
+        batch["stats", "preempt"].fill_(signals.requested())
+        batch["stats", "wait_s"].fill_(waited_s)
+        waiting_since = time.perf_counter()
+        if streaming:
+            outlet.send(batch, while_waiting=subscriber.poll)
+            header = subscriber.poll() or subscriber.current_header()
+        else:
+            outlet.send(batch)
+            # The next version; pipelined, the first two rounds share one.
+            again = cfg.collector.pipeline and first_round
+            header = subscriber.wait(min_version=header.version if again else header.version + 1)
+        first_round, waited_s = False, time.perf_counter() - waiting_since
+    outlet.send_last(collector.batch)
+
+
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
     sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
-    evaluation = make_periodic_evaluation(cfg, layout, collector)
-    streaming = cfg.collector.mode == "async"
+    evaluation = make_periodic_evaluation(cfg, collector, evaluates(layout))
     try:
-        header = subscriber.wait(min_version=0)
-        if header.frames:  # a resumed run: new episodes, not a replay of the first run's
-            collector.reset(cfg.seed + layout.rank * cfg.collector.num_envs + header.frames)
-        first_round, waited_s = True, 0.0
-        while not header.stop:
-            if streaming:  # the newest weights before every env step
-                batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
-            else:
-                batch = collector.collect(header)
-            if evaluation is not None:
-                evaluation.maybe_run(batch, subscriber.current_header())
-            batch["stats", "preempt"].fill_(signals.requested())
-            batch["stats", "wait_s"].fill_(waited_s)
-            waiting_since = time.perf_counter()
-            if streaming:
-                sender.send(batch, while_waiting=subscriber.poll)
-                header = subscriber.poll() or subscriber.current_header()
-            else:
-                sender.send(batch)
-                # The next version; pipelined, the first two rounds share one.
-                again = cfg.collector.pipeline and first_round
-                header = subscriber.wait(min_version=header.version if again else header.version + 1)
-            first_round, waited_s = False, time.perf_counter() - waiting_since
-        sender.send_last(collector.batch)
+        collect_loop(cfg, layout.rank, collector, subscriber, sender, evaluation)
     finally:
         subscriber.close()
         collector.envs.close()

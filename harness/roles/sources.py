@@ -26,7 +26,7 @@ from harness.data.channel import BatchReceiver, ChannelError
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.stats import EvalResult
-from harness.roles.collector import build_collector, make_periodic_evaluation
+from harness.roles.collector import build_collector, evaluates, make_periodic_evaluation
 from harness.roles.evaluator import eval_message, make_evaluation
 from harness.sync import WeightPublisher, WeightSubscriber, make_publisher
 from harness.sync.local import local_pair
@@ -191,7 +191,7 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         collector = build_collector(cfg, 0, subscriber)
         if frames:
             collector.reset(cfg.seed + frames)  # a resumed run: new episodes, not a replay
-        evaluation = make_periodic_evaluation(cfg, layout, collector)
+        evaluation = make_periodic_evaluation(cfg, collector, evaluates(layout))
         return Connected(publisher, batches=InlineCollector(collector, subscriber, evaluation))
     assert groups is not None
     publisher = None

@@ -78,7 +78,7 @@ class Subscriber(WeightSubscriber):
         endpoint: Endpoint,
         timeout_s: float,
         source: Source,
-        handshake_group: dist.ProcessGroup,
+        handshake_group: dist.ProcessGroup | None,
         publisher_rank: int = 0,
         forward: Sink | None = None,
         wire_dtype: torch.dtype | None = None,
@@ -87,7 +87,8 @@ class Subscriber(WeightSubscriber):
         header_only: bool = False,
     ):
         super().__init__(endpoint, timeout_s)
-        self.source, self.forward, self.group = source, forward, handshake_group
+        self.source, self.group = source, handshake_group
+        self.forwards: list[Sink] = [] if forward is None else [forward]
         self.publisher_rank, self.wire_dtype, self.device = publisher_rank, wire_dtype, device
         self.before_source = before_source  # e.g. learn the name of the segment to read
         self.header_only = header_only
@@ -96,16 +97,24 @@ class Subscriber(WeightSubscriber):
     def delivers_weights(self) -> bool:
         return not self.header_only
 
+    def relay_to(self, sink: Sink) -> None:
+        """Also hand every update applied to ``sink`` (before ``connect``, which opens it)."""
+        self.forwards.append(sink)
+
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
+        """``handshake_group`` None: a reader of a segment that its writer checked the schema for."""
         models = {} if self.header_only else models
 
         def make_payload() -> Payload:
             return Payload.from_models(models, value_names, self.wire_dtype, self.device)
 
-        check_schema(make_payload().schema, group=self.group, root=self.publisher_rank, who=str(self.endpoint), what="weights")
+        if self.group is not None:
+            check_schema(
+                make_payload().schema, group=self.group, root=self.publisher_rank, who=str(self.endpoint), what="weights"
+            )
         self.live = Payload.from_models(models, value_names, device=self.device)
-        if self.forward is not None:
-            self.forward.open(make_payload)
+        for sink in self.forwards:
+            sink.open(make_payload)
         self.before_source()
         self.source.open(make_payload)
         self.live.bind(models)
@@ -113,8 +122,8 @@ class Subscriber(WeightSubscriber):
     def _applied(self, header: Header) -> Header:
         assert header.version >= self.version, "versions went backwards"
         self.version, self.header = header.version, header
-        if self.forward is not None:
-            self.forward.write(self.live.td["weights"], header)
+        for sink in self.forwards:
+            sink.write(self.live.td["weights"], header)
         return header
 
     def poll(self) -> Header | None:
@@ -145,5 +154,5 @@ class Subscriber(WeightSubscriber):
 
     def close(self) -> None:
         self.source.close()
-        if self.forward is not None:
-            self.forward.close()
+        for sink in self.forwards:
+            sink.close()

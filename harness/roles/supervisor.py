@@ -1,0 +1,287 @@
+"""A collector rank that supervises a worker process (``collector.max_restarts > 0``).
+
+torchrun's agent restarts every rank when one exits, so a collector whose env
+crashes, which the kernel's OOM killer picks, or which hangs would cost the
+whole job. Here the failure stays where torchrun cannot see it: the rank keeps
+every process group, the weights subscription and the data channel, and runs
+the envs and the policy in a worker process (:mod:`harness.roles.worker`)
+that it replaces when it dies or stalls, up to ``collector.max_restarts``
+times. Nothing outside the node learns of it: no collective, group or peer
+changes, so every weight sync scheme's guarantees hold as they are.
+
+- Weights: the rank's subscriber hands every version it applies to a
+  shared-memory segment that its worker reads. A replacement reads the newest
+  version there before it acts, so its first batch carries that version, and
+  the lag bound holds as for any collector.
+- Batches: the worker fills a batch in shared memory; the rank sends those
+  bytes to its trainer. A batch counts once it was handed over; the frames of
+  an unfinished one (the heartbeat counts them) are reported with the next
+  batch (``collect/frames_lost``), as the replacements are
+  (``collect/collector_restarts``).
+- Watching: the worker's death shows at once (its process sentinel); a stall
+  shows in its heartbeat, the time of its last env step, which it writes
+  while it collects: a worker that takes no step for ``collector.watchdog_s``
+  is killed and replaced, also when the env holds the GIL.
+
+Past the limit, or when the very first worker fails before its first batch
+(a replacement would fail the same way), the rank raises an error naming the
+collector, its env and every cause seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from harness.algos import algorithm_for
+from harness.collect.watchdog import HUNG_EXIT
+from harness.config import Config
+from harness.data.channel import POLL_S, BatchSender
+from harness.distributed import signals
+from harness.distributed.setup import Groups
+from harness.distributed.topology import Layout
+from harness.packing import schema
+from harness.roles import worker
+from harness.roles.collector import evaluates
+from harness.specs import EnvSpec
+from harness.sync import make_subscriber
+from harness.sync.endpoints import Subscriber
+from harness.sync.shared_memory import ShmSink
+
+log = logging.getLogger("harness")
+PRELOAD = ["harness.roles.worker"]  # what the fork server imports once, so that a replacement starts in a fork
+WATCH_S = 0.05  # how often a rank that only waits for its worker looks at its heartbeat
+SIGNAL_HINTS = {
+    signal.SIGKILL: "kill -9, or the kernel's OOM killer",
+    signal.SIGSEGV: "a crash in native code",
+    signal.SIGABRT: "an abort: os.abort, or a failed assertion in native code",
+    signal.SIGBUS: "a crash in native code",
+}
+
+
+class CollectorFailed(RuntimeError):
+    """A supervised collector's worker failed more often than ``collector.max_restarts`` allows."""
+
+
+def describe_exit(code: int | None, error: str | None) -> str:
+    """How a worker ended, from its exit code and its last word."""
+    if error:
+        return error
+    if code is not None and code < 0:
+        sig = signal.Signals(-code)
+        hint = SIGNAL_HINTS.get(sig)
+        return f"was killed by {sig.name}" + (f" ({hint})" if hint else "")
+    if code == HUNG_EXIT:
+        return "stopped itself: an env step outlasted collector.env_step_timeout_s (its log names the env)"
+    return f"exited with code {code}"
+
+
+@dataclass
+class Incarnation:
+    """One worker process."""
+
+    process: mp.process.BaseProcess
+    conn: Connection
+    heartbeat: np.ndarray  # [time of its last env step while collecting (0: not stepping), frames since its last batch]
+    started: float  # time.monotonic()
+    ready: bool = False
+
+
+class Supervisor:
+    """Starts a collector's worker, takes its batches, and replaces it when it dies or stalls."""
+
+    def __init__(self, cfg: Config, rank: int, first: bool):
+        self.cfg, self.rank, self.first = cfg, rank, first
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(PRELOAD)
+        self.max_restarts, self.watchdog_s = cfg.collector.max_restarts, cfg.collector.watchdog_s
+        self.start_s = max(cfg.dist_timeout_s, self.watchdog_s)  # making the envs: as long as a peer may take to start
+        self.restarts = 0
+        self.causes: list[str] = []
+        self.cause = ""  # how the last worker that failed ended
+        self.unreported = [0.0, 0.0]  # restarts and lost frames not yet sent with a batch
+        self.delivered = False  # some worker handed over a batch
+        self.relay: tuple[str, bool] | None = None  # the segment a worker reads weights from, and header_only
+        self.died_at: float | None = None  # when the last replaced worker was found dead
+        self.batch: TensorDict | None = None
+        self.worker = self._spawn()
+
+    @property
+    def who(self) -> str:
+        return f"collector rank {self.rank} (env {self.cfg.env.id})"
+
+    def _spawn(self) -> Incarnation:
+        heartbeat = torch.zeros(2, dtype=torch.float64).share_memory_()
+        ours, theirs = self.ctx.Pipe()
+        args = (self.cfg, self.rank, self.restarts, self.first, torch.get_num_threads(), theirs, heartbeat)
+        process = self.ctx.Process(target=worker.main, args=args, name=worker.worker_name(self.rank), daemon=True)
+        process.start()
+        theirs.close()
+        return Incarnation(process, ours, heartbeat.numpy(), time.monotonic())
+
+    def ready(self) -> EnvSpec:
+        """The first worker's envs' spec, once it made them; its batch is ``self.batch``."""
+        while (spec := self._ready()) is None:
+            self._replace()
+        return spec
+
+    def _ready(self) -> EnvSpec | None:
+        message = self._receive()
+        if message is None:
+            return None
+        kind, spec, batch = message
+        assert kind == "ready", f"unexpected message from the worker: {kind!r}"
+        if self.batch is not None and schema(batch) != schema(self.batch):
+            raise CollectorFailed(f"{self.who}: a replacement worker's batch differs from the first one's")
+        self.batch, self.worker.ready = batch, True
+        if self.relay is not None:
+            self.worker.conn.send(self.relay)
+        return spec
+
+    def attach(self, segment: str, header_only: bool) -> None:
+        """Tell workers, this one and every replacement, where the weights are."""
+        self.relay = (segment, header_only)
+        self.worker.conn.send(self.relay)
+
+    def _receive(self, while_waiting: Callable[[], object] | None = None) -> Any:
+        """The worker's next message; None when it died or stalled (``self.cause`` says how)."""
+        w, pause, error = self.worker, WATCH_S, None
+        while True:
+            if while_waiting is not None:
+                pause = POLL_S[0] if while_waiting() else min(2 * pause, WATCH_S)
+            ready = wait([w.conn, w.process.sentinel], timeout=pause)
+            if w.conn in ready:
+                try:
+                    message = w.conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if isinstance(message, tuple) and message[0] == "error":
+                    error = message[1]  # its last word; its exit follows
+                    continue
+                if message is not None:
+                    return message
+            if ready:  # it exited (or closed its end)
+                w.process.join(5)
+                self.cause = describe_exit(w.process.exitcode, error)
+                return None
+            now, beat = time.monotonic(), w.heartbeat[0]
+            stalled = (not w.ready and now - w.started > self.start_s) or (beat and now - beat > self.watchdog_s)
+            if stalled:
+                w.process.kill()
+                w.process.join(5)
+                what = (
+                    f"took no env step for {self.watchdog_s:g} s (collector.watchdog_s)"
+                    if w.ready
+                    else (f"did not make its envs in {self.start_s:g} s")
+                )
+                self.cause = f"{what}; its rank killed it"
+                return None
+
+    def _replace(self) -> None:
+        """Start a new worker in place of the one that failed, or give up."""
+        old = self.worker
+        old.conn.close()
+        self.causes.append(self.cause)
+        if not self.delivered:
+            raise CollectorFailed(f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first batch")
+        if self.restarts >= self.max_restarts:
+            causes = "; ".join(f"{i + 1}. {c}" for i, c in enumerate(self.causes))
+            raise CollectorFailed(
+                f"{self.who}: its worker failed {len(self.causes)} times, more than collector.max_restarts="
+                f"{self.max_restarts}. The causes, in order: {causes}"
+            )
+        lost = float(old.heartbeat[1])
+        self.restarts += 1
+        self.unreported[0] += 1
+        self.unreported[1] += lost
+        self.died_at = time.monotonic()
+        self.worker = self._spawn()
+        log.warning(
+            "collector rank %d: its worker (pid %s) %s; replaced by pid %s (restart %d of at most %d), "
+            "%d frames of its unfinished batch lost",
+            self.rank, old.process.pid, self.cause, self.worker.process.pid, self.restarts, self.max_restarts, lost,
+        )  # fmt: skip
+
+    def take(self, while_waiting: Callable[[], object] | None = None) -> TensorDict:
+        """The worker's next full batch, stamped with the replacements since the last one."""
+        while (message := self._receive(while_waiting)) != "batch":
+            if message is not None:
+                raise CollectorFailed(f"{self.who}: unexpected message from its worker: {message!r}")
+            self._replace()
+            while self._ready() is None:
+                self._replace()
+        assert self.batch is not None  # set by the ready message
+        if self.died_at is not None:
+            log.warning("collector rank %d: the replacement's first batch came %.2f s after its worker's death was noticed",
+                        self.rank, time.monotonic() - self.died_at)  # fmt: skip
+            self.died_at = None
+        stats = self.batch["stats"]
+        stats["collector_restarts"].fill_(self.unreported[0])
+        stats["frames_lost"].fill_(self.unreported[1])
+        self.unreported = [0.0, 0.0]
+        self.worker.heartbeat[1] = 0.0  # its frames so far are in this batch
+        self.delivered = True
+        return self.batch
+
+    def release(self) -> None:
+        """The trainer took the batch: the worker may fill it again."""
+        try:
+            self.worker.conn.send("sent")
+        except OSError:
+            pass  # it died meanwhile: the next take finds out
+
+    def close(self, timeout_s: float) -> None:
+        """The worker's end: after the stop it exits by itself (its last message first); else it is killed."""
+        w = self.worker
+        w.process.join(timeout_s)
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(5)
+        w.conn.close()
+
+
+def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
+    """:func:`harness.roles.collector.run_collector`'s loop, with the envs in a supervised worker."""
+    rank = layout.rank
+    subscriber = make_subscriber(cfg.sync, rank, groups)
+    assert isinstance(subscriber, Subscriber)  # every scheme's ends are endpoints'
+    relay = ShmSink(groups.nodes[rank], readers=1)
+    subscriber.relay_to(relay)
+    supervisor = Supervisor(cfg, rank, evaluates(layout))
+    stopped = False
+    try:
+        spec = supervisor.ready()
+        algo = algorithm_for(cfg.algo.name, spec)
+        subscriber.connect(algo.make_models(cfg.algo, spec), algo.header_values)
+        assert relay.segment is not None  # connect opened it
+        supervisor.attach(relay.segment.name, not subscriber.delivers_weights)
+        assert supervisor.batch is not None  # ready() set it
+        sender = BatchSender(groups.data, rank, layout.trainer_of(rank), supervisor.batch, cfg.dist_timeout_s)
+        poll = subscriber.poll if cfg.collector.mode == "async" else None
+        header, first_round = subscriber.wait(min_version=0), True
+        while not header.stop:
+            batch = supervisor.take(while_waiting=poll)
+            batch["stats", "preempt"].fill_(signals.requested())  # the worker ignores signals: its rank hears them
+            sender.send(batch, while_waiting=poll)
+            supervisor.release()
+            if poll is not None:
+                header = subscriber.current_header()
+            else:
+                again = cfg.collector.pipeline and first_round  # pipelined, the first two rounds share a version
+                header = subscriber.wait(min_version=header.version if again else header.version + 1)
+            first_round = False
+        sender.send_last(supervisor.batch)
+        stopped = True
+    finally:
+        supervisor.close(cfg.sync.timeout_s if stopped else 0.0)
+        subscriber.close()
