@@ -23,8 +23,8 @@ changes, so every weight sync scheme's guarantees hold as they are.
   while it collects: a worker that takes no step for ``collector.watchdog_s``
   is killed and replaced, also when the env holds the GIL.
 
-Past the limit, or when the very first worker fails before its first batch
-(a replacement would fail the same way), the rank raises an error naming the
+Past the limit, or when the first worker raises before any batch came (a
+replacement would raise the same), the rank raises an error naming the
 collector, its env and every cause seen.
 """
 
@@ -145,13 +145,20 @@ class Supervisor:
             raise CollectorFailed(f"{self.who}: a replacement worker's batch differs from the first one's")
         self.batch, self.worker.ready = batch, True
         if self.relay is not None:
-            self.worker.conn.send(self.relay)
+            self._tell(self.relay)
         return spec
 
     def attach(self, segment: str, header_only: bool) -> None:
         """Tell workers, this one and every replacement, where the weights are."""
         self.relay = (segment, header_only)
-        self.worker.conn.send(self.relay)
+        self._tell(self.relay)
+
+    def _tell(self, message: object) -> None:
+        """Send the worker ``message``; if it died meanwhile, the next wait for it finds out."""
+        try:
+            self.worker.conn.send(message)
+        except OSError:
+            pass
 
     def _receive(self, while_waiting: Callable[[], object] | None = None) -> Any:
         """The worker's next message; None when it died or stalled (``self.cause`` says how)."""
@@ -192,7 +199,7 @@ class Supervisor:
         old = self.worker
         old.conn.close()
         self.causes.append(self.cause)
-        if not self.delivered:
+        if not self.delivered and self.cause.startswith("raised"):  # a replacement would raise the same
             raise CollectorFailed(f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first batch")
         if self.restarts >= self.max_restarts:
             causes = "; ".join(f"{i + 1}. {c}" for i, c in enumerate(self.causes))
@@ -235,10 +242,7 @@ class Supervisor:
 
     def release(self) -> None:
         """The trainer took the batch: the worker may fill it again."""
-        try:
-            self.worker.conn.send("sent")
-        except OSError:
-            pass  # it died meanwhile: the next take finds out
+        self._tell("sent")
 
     def close(self, timeout_s: float) -> None:
         """The worker's end: after the stop it exits by itself (its last message first); else it is killed."""
