@@ -9,12 +9,23 @@ in the way ``FLAKY_MODE`` says:
 - ``raise`` (the default): it raises;
 - ``nan``: it returns an observation holding a NaN, which Python never raises for;
 - ``shape``: it returns an observation of the wrong shape (5 numbers, not 4);
-- ``hang``: it never returns (it sleeps for a day).
+- ``hang``: it never returns (it waits forever, the GIL released);
+- ``hold``: it never returns and holds the GIL (a C call that never ends);
+- ``kill``: the process dies of SIGKILL (as when the OOM killer picks it);
+- ``segfault``: the process dies of SIGSEGV (a read of address 0);
+- ``abort``: the process aborts (``os.abort``: SIGABRT).
+
+``FLAKY_AFTER``: the failure waits until this process has taken that many
+steps (all instances together), e.g. past a collector's first batch.
+``FLAKY_ONCE``: a file path; only the one process that creates it fails, so
+a replaced collector's worker runs on.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import threading
 
 import gymnasium as gym
@@ -22,6 +33,19 @@ import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 
 failures = 0  # in this process, all instances together
+steps = 0
+
+
+def _claimed() -> bool:
+    """This process may fail: no ``FLAKY_ONCE`` file, or it made it first."""
+    marker = os.environ.get("FLAKY_ONCE")
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
 
 
 class FlakyCartPole(CartPoleEnv):
@@ -30,10 +54,12 @@ class FlakyCartPole(CartPoleEnv):
         return super().reset(**kwargs)
 
     def step(self, action):
-        global failures
+        global failures, steps
         self.episode_steps += 1
+        steps += 1
         obs, reward, terminated, truncated, info = super().step(action)
-        if self.episode_steps == int(os.environ.get("FLAKY_STEP", 10)) and failures < int(os.environ.get("FLAKY_FAILURES", 1)):
+        due = self.episode_steps == int(os.environ.get("FLAKY_STEP", 10)) and steps > int(os.environ.get("FLAKY_AFTER", 0))
+        if due and failures < int(os.environ.get("FLAKY_FAILURES", 1)) and _claimed():
             failures += 1
             mode = os.environ.get("FLAKY_MODE", "raise")
             if mode == "nan":
@@ -42,6 +68,14 @@ class FlakyCartPole(CartPoleEnv):
                 obs = np.zeros(5, dtype=np.float32)
             elif mode == "hang":
                 threading.Event().wait()  # a step that never returns
+            elif mode == "hold":
+                ctypes.PyDLL(None).pause()  # PyDLL: the GIL stays held while pause() waits for a signal
+            elif mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif mode == "segfault":
+                ctypes.string_at(0)
+            elif mode == "abort":
+                os.abort()
             else:
                 raise RuntimeError(f"simulated crash at step {self.episode_steps} of an episode")
         return obs, reward, terminated, truncated, info

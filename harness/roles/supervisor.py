@@ -219,9 +219,12 @@ class Supervisor:
             self.rank, old.process.pid, self.cause, self.worker.process.pid, self.restarts, self.max_restarts, lost,
         )  # fmt: skip
 
-    def take(self, while_waiting: Callable[[], object] | None = None) -> TensorDict:
-        """The worker's next full batch, stamped with the replacements since the last one."""
+    def take(self, while_waiting: Callable[[], object] | None = None) -> TensorDict | None:
+        """The worker's next full batch, stamped with the replacements since the last one; None
+        when the worker saw the stop first (async mode: it read it while its rank waited)."""
         while (message := self._receive(while_waiting)) != "batch":
+            if message == "last":
+                return None
             if message is not None:
                 raise CollectorFailed(f"{self.who}: unexpected message from its worker: {message!r}")
             self._replace()
@@ -275,6 +278,8 @@ def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> Non
         header, first_round = subscriber.wait(min_version=0), True
         while not header.stop:
             batch = supervisor.take(while_waiting=poll)
+            if batch is None:
+                break
             batch["stats", "preempt"].fill_(signals.requested())  # the worker ignores signals: its rank hears them
             sender.send(batch, while_waiting=poll)
             supervisor.release()
