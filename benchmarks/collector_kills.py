@@ -1,7 +1,7 @@
 """A collector SIGKILLed every 20 s: does the job go on, learn as it would, and keep its pace?
 
 Each case is a real torchrun launch with 4 collectors and
-``collector.max_restarts`` set (docs/faults.md), once untouched ("steady") and
+``collector.max_restarts`` set (docs/runs_that_last.md), once untouched ("steady") and
 once with one collector's worker process SIGKILLed every ``--every`` seconds,
 round robin over the collectors, from the first kill at ``--every`` seconds
 to the run's end ("killed"). The default job (PPO on CartPole, 500k frames,

@@ -25,7 +25,7 @@ class CollectorConfig:
     check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
     env_step_timeout_s: float = 60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
     # >0: each collector rank runs its envs in a worker process that it replaces, up to this many times, when the
-    # worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while the job goes on (docs/faults.md).
+    # worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while the job goes on (docs/runs_that_last.md).
     # 0: a collector's death ends the job (torchrun --max-restarts restarts all of it)
     max_restarts: int = 0
     watchdog_s: float = 120.0  # max_restarts > 0: a worker that acts yet takes no env step for this long is replaced

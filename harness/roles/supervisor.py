@@ -165,7 +165,7 @@ class Supervisor:
         w, pause, error = self.worker, WATCH_S, None
         while True:
             if while_waiting is not None:
-                pause = POLL_S[0] if while_waiting() else min(2 * pause, WATCH_S)
+                pause = POLL_S[0] if while_waiting() else min(2 * pause, POLL_S[1])
             ready = wait([w.conn, w.process.sentinel], timeout=pause)
             if w.conn in ready:
                 try:
