@@ -34,6 +34,11 @@ def algorithm_for(name: str, spec: EnvSpec) -> type[Algorithm]:
 def check_observations(name: str, cfg: AlgoConfig, spec: EnvSpec, env_id: str) -> None:
     """Refuse, saying what to do, an algorithm that cannot take ``spec``'s observations (images)."""
     if not spec.pixels:
+        if getattr(cfg, "replay_frames", False):
+            raise ValueError(
+                f"algo.replay_frames=true stores stacked image frames once; env.id={env_id} observes state vectors "
+                f"{spec.obs_shape}: drop algo.replay_frames"
+            )
         return
     if not algorithm_for(name, spec).takes_pixels:
         takers = sorted(n for n, cls in ALGOS.items() if cls.takes_pixels)

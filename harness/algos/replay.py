@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
+from harness.algos.transfer import HostToDevice
 from harness.packing import leaf_tensors
 
 
@@ -48,6 +49,10 @@ class ReplayBuffer:
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
         """``batch_size`` transitions drawn uniformly, with replacement."""
         return self.storage[self.sample_index(batch_size, generator)]
+
+    def take(self, index: torch.Tensor, to_device: HostToDevice) -> TensorDict:
+        """The transitions at ``index`` (``sample_index``'s) on the trainer's device."""
+        return to_device.sample(self.storage, index)
 
     def sample_index(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Where ``sample`` draws from: ``batch_size`` indices, uniform, with replacement,

@@ -281,6 +281,7 @@ ON_A_DEVICE = {
     "cql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql-discrete": (CARTPOLE, {"reward_scale": 0.5, "batch_size": 8}),
     "dqn-atari": (ATARI, {"batch_size": 8, "learning_starts": 0}),
+    "dqn-atari-frames": (ATARI, {"batch_size": 8, "learning_starts": 0, "replay_frames": True}),  # frame replay
 }
 
 
