@@ -128,3 +128,23 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
     assert [int(r["frames"]) for r in table] == [512, 1024]
     assert float(table[-1]["sync/bytes"]) > 4 * 1_600_000  # the actor's Nature CNN: 1.7M float32 parameters
     assert sum(column(table, "train/episodes")) >= 1 and float(table[-1]["eval/final_return"]) >= 0
+
+
+@pytest.mark.e2e
+def test_a_tiny_dqn_atari_run_learns_from_its_frame_replay(tmp_path):
+    """The DQN preset, shrunk: its replay keeps each frame once (algo.replay_frames) and the trainer samples
+    rebuilt stacks from it for its gradient steps."""
+    args = [
+        "experiment=dqn_atari",
+        "collector.total_frames=1024",
+        "algo.buffer_size=4096",
+        "algo.learning_starts=256",
+        "logger.log_every_frames=512",
+        "env.max_episode_steps=300",
+        "run_dir=run",
+    ]
+    out = run_harness(args, tmp_path, nproc=3, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = rows(tmp_path / "run")
+    assert int(table[-1]["frames"]) >= 1024
+    assert float(table[-1]["train/replay_size"]) >= 1024 and float(table[-1]["train/gradient_steps"]) > 0
