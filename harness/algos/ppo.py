@@ -37,7 +37,7 @@ from torch.distributions import Categorical, Normal
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy, Stateful
 from harness.algos.gae import gae
-from harness.algos.nets import network
+from harness.algos.nets import PixelEncoder, layer_init, network
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
@@ -87,14 +87,20 @@ class PPOPolicy(Policy):
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
 
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        out = self.net(obs.flatten(1)).float()  # float32 under algo.amp too: log-probabilities need the precision
+        return self.distribution_of(self.net(obs.flatten(1)))
+
+    def distribution_of(self, out: torch.Tensor) -> torch.distributions.Distribution:
+        """The action distribution the network's output ``out`` describes."""
+        out = out.float()  # float32 under algo.amp too: log-probabilities need the precision
         # No argument validation: it costs as much as the network on small MLPs.
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
-    def log_prob_entropy(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs)
+    def log_prob_entropy(
+        self, obs: torch.Tensor, action: torch.Tensor, dist: torch.distributions.Distribution | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dist = self.distribution(obs) if dist is None else dist
         if self.discrete:
             return dist.log_prob(action), dist.entropy()
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
@@ -111,18 +117,29 @@ class PPOPolicy(Policy):
 
 class PPOLoss(nn.Module):
     """The PPO objective on one minibatch, as a module so that DDP can wrap it
-    when several trainers learn together."""
+    when several trainers learn together.
 
-    def __init__(self, actor: PPOPolicy, critic: nn.Module, cfg: PPOConfig, obs_dims: int):
+    On images the critic is a value head on the actor's CNN (CleanRL's Atari
+    ``Agent``): a minibatch goes through the CNN once, and both losses train it.
+    """
+
+    def __init__(self, actor: PPOPolicy, critic: nn.Module, cfg: PPOConfig, obs_dims: int, shared: bool = False):
         super().__init__()
-        self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
+        self.actor, self.critic, self.cfg, self.obs_dims, self.shared = actor, critic, cfg, obs_dims, shared
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs.flatten(-self.obs_dims)).float().squeeze(-1)
+        obs = obs.flatten(-self.obs_dims)
+        return self.critic(self.actor.net[0](obs) if self.shared else obs).float().squeeze(-1)
 
     def forward(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"])
+        if self.shared:
+            features = self.actor.net[0](mb["obs"].flatten(1))
+            dist = self.actor.distribution_of(self.actor.net[1](features))
+            new_value = self.critic(features).float().squeeze(-1)
+        else:
+            dist, new_value = self.actor.distribution(mb["obs"]), self.value(mb["obs"])
+        logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"], dist)
         logratio = logprob - mb["logprob"]
         ratio = logratio.exp()
         with torch.no_grad():
@@ -134,7 +151,6 @@ class PPOLoss(nn.Module):
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
 
-        new_value = self.value(mb["obs"])
         if cfg.clip_vloss:
             clipped = mb["value"] + (new_value - mb["value"]).clamp(-cfg.clip_coef, cfg.clip_coef)
             v_loss = 0.5 * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
@@ -163,8 +179,11 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
-        critic = network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
-        self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
+        if spec.pixels:  # a value head on the actor's CNN
+            critic: nn.Module = layer_init(nn.Linear(cast(PixelEncoder, self.policy.net[0]).features, 1), std=1.0)
+        else:
+            critic = network(spec, cfg.hidden_sizes, 1, out_std=1.0)
+        self.loss = PPOLoss(self.policy, critic.to(self.device), cfg, len(spec.obs_shape), shared=spec.pixels)
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
         self.foreach = self.device.type != "meta"  # one kernel for every gradient's norm; meta (device tests) has none

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import compose_config
+from tensordict import TensorDict
 from torch import nn
 
 from harness.algos import ALGOS, algorithm_for
@@ -61,11 +62,35 @@ def test_channels_first_moves_the_channel_axis_and_scales_booleans():
 def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_images(name, spec, kernels):
     cls = algorithm_for(name, spec)
     algo = cls(cls.Config(compile=False), spec, 10_000)
-    trained = [algo.policy] + ([algo.loss.critic] if name == "ppo" else [])
-    for net in trained:
-        assert [c.kernel_size for c in convolutions(net)] == kernels
+    assert [c.kernel_size for c in convolutions(algo.policy)] == kernels
     obs = torch.randint(0, 256, (3, *spec.obs_shape), dtype=torch.uint8)
     assert algo.policy.act(obs)["action"].shape == (3,)  # uint8 in, the network makes it float
+
+
+@pytest.mark.parametrize("spec", [env_spec(MINATAR), ATARI_SIZED], ids=["MinAtar", "Atari"])
+def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_once_per_minibatch(spec):
+    """CleanRL's Atari ``Agent``: one CNN, an actor head and a critic head, both losses training the CNN."""
+    algo = ALGOS["ppo"](ALGOS["ppo"].Config(compile=False), spec, 10_000)
+    encoder = algo.policy.net[0]
+    assert isinstance(algo.loss.critic, nn.Linear) and convolutions(algo.loss) == convolutions(encoder)
+    actor = sum(p.numel() for p in algo.policy.parameters())
+    assert sum(p.numel() for p in algo.loss.parameters()) == actor + encoder.features + 1  # and the value head, once
+    calls = []
+    encoder.register_forward_hook(lambda *_: calls.append(1))
+    n = 6
+    mb = TensorDict(
+        obs=torch.randint(0, 256, (n, *spec.obs_shape), dtype=torch.uint8),
+        action=torch.zeros(n, dtype=torch.int64),
+        logprob=torch.zeros(n),
+        advantage=torch.randn(n),
+        value=torch.zeros(n),
+        batch_size=[n],
+    )
+    mb["return"] = torch.randn(n)
+    out = algo.loss(mb)
+    assert len(calls) == 1
+    out["value_loss"].backward()  # the value loss alone reaches the CNN
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
 
 
 def test_the_encoder_scales_bytes_to_the_unit_interval_on_its_own_device():
