@@ -32,6 +32,9 @@ class TopologyConfig:
     """Which ranks do what."""
 
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
+    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.join HOST:PORT) while it
+    # runs; async mode, one trainer (docs/scaling.md)
+    join_port: int = 0
 
 
 @dataclass
@@ -143,6 +146,7 @@ class Config:
         if self.dist_timeout_s <= 0:
             raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
         self._check_trainers()
+        self._check_join()
         if self.collector.max_restarts and SCHEMES[self.sync.name].gpu_collectors:
             raise ValueError(
                 f"collector.max_restarts={self.collector.max_restarts} with sync={self.sync.name}: a replaceable "
@@ -171,6 +175,22 @@ class Config:
                 "algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
                 "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync."
             )
+
+    def _check_join(self) -> None:
+        port = self.topology.join_port
+        if not port:
+            return
+        if not 0 < port < 65536:
+            raise ValueError(f"topology.join_port={port}: a TCP port is 1-65535 (0: no collectors join)")
+        why = None
+        if self.collector.mode != "async":
+            why = "collector.mode=sync: a round takes one batch from each of the job's collectors; use collector.mode=async"
+        elif self.topology.trainers != 1:
+            why = "several trainers learn from equal shares of the frames, which collectors that come and go would upset"
+        elif ALGOS[self.algo.name].offline:
+            why = f"algo={self.algo.name} learns from a dataset: there is nothing to collect"
+        if why:
+            raise ValueError(f"topology.join_port={port}: collectors cannot join this job: {why}")
 
     def _check_dataset(self) -> None:
         offline = ALGOS[self.algo.name].offline

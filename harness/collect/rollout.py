@@ -17,7 +17,8 @@ A batch is one message of the data channel:
   (for the trainer to take its previous batch, or for the next version);
   ``collector_restarts`` and ``frames_lost``: worker processes of this
   collector replaced since its previous batch, and the frames their
-  unfinished batches held (:mod:`harness.roles.supervisor`).
+  unfinished batches held (:mod:`harness.roles.supervisor`); ``joined``: 1
+  on the batches of a collector that joined the running job (:mod:`harness.join`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ STATS = (
     "wait_s",
     "collector_restarts",
     "frames_lost",
+    "joined",
 )
 
 

@@ -34,6 +34,32 @@ class ChannelError(RuntimeError):
     """A batch did not arrive or could not be sent in time."""
 
 
+def send_while(send: Callable[[], None], while_waiting: Callable[[], object] | None) -> None:
+    """``send()``, calling ``while_waiting`` until it returns (in a helper thread then:
+    Gloo's point-to-point work cannot be polled for completion). The calls come every
+    0.5 ms while they find news (a truthy result), and back off to every 8 ms while
+    they do not: 31 collectors waiting on a busy trainer, each waking 2,000 times a
+    second, took most of two cores."""
+    if while_waiting is None:
+        return send()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            send()
+        except BaseException as e:  # handed to the calling thread
+            failure.append(e)
+
+    thread = threading.Thread(target=run, name="batch-send", daemon=True)
+    thread.start()
+    pause = POLL_S[0]
+    while thread.is_alive():
+        pause = POLL_S[0] if while_waiting() else min(2 * pause, POLL_S[1])
+        thread.join(pause)
+    if failure:
+        raise failure[0]
+
+
 class BatchSender:
     """A collector's end: sends each batch to its trainer."""
 
@@ -49,30 +75,9 @@ class BatchSender:
 
         ``while_waiting`` is called repeatedly until then (async mode: polling
         for weights, so that a trainer publishing by collective broadcast never
-        waits on a collector that waits on it). The send then runs in a helper
-        thread: Gloo's point-to-point work cannot be polled for completion.
-        The calls come every 0.5 ms while they find news (a truthy result),
-        and back off to every 8 ms while they do not: 31 collectors waiting on
-        a busy trainer, each waking 2,000 times a second, took most of two cores.
+        waits on a collector that waits on it; :func:`send_while`).
         """
-        if while_waiting is None:
-            return self._send(batch)
-        failure: list[BaseException] = []
-
-        def send() -> None:
-            try:
-                self._send(batch)
-            except BaseException as e:  # handed to the calling thread
-                failure.append(e)
-
-        thread = threading.Thread(target=send, name="batch-send", daemon=True)
-        thread.start()
-        pause = POLL_S[0]
-        while thread.is_alive():
-            pause = POLL_S[0] if while_waiting() else min(2 * pause, POLL_S[1])
-            thread.join(pause)
-        if failure:
-            raise failure[0]
+        send_while(lambda: self._send(batch), while_waiting)
 
     def _buffer(self, batch: TensorDict) -> torch.Tensor:
         if batch is not self._batch:

@@ -31,6 +31,7 @@ class RolloutStats:
     env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
     collector_restarts: float = 0.0  # collectors' worker processes replaced (collector.max_restarts)
     frames_lost: float = 0.0  # frames of the batches those workers left unfinished
+    joined_frames: float = 0.0  # frames kept from collectors that joined the running job (harness.join)
     collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
     collector_wait_s: float = 0.0  # collectors' seconds waiting before them (for a trainer, or a version)
     trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches
@@ -57,6 +58,7 @@ class RolloutStats:
             self.batches_dropped += 1
             self.frames_dropped += batch["rollout"].numel()
             return
+        self.joined_frames += float(stats["joined"]) * batch["rollout"].numel()
         lag = version - batch["rollout", "policy_version"]
         self.lag_frames += lag.numel()
         self.lag_sum += float(lag.sum())
@@ -92,6 +94,7 @@ class RolloutStats:
             "collect/env_restarts": self.env_restarts,
             "collect/collector_restarts": self.collector_restarts,
             "collect/frames_lost": self.frames_lost,
+            "collect/joined_fraction": mean(self.joined_frames, self.lag_frames),
         }
         if self.eval_episodes:
             row["eval/return"] = self.eval_return_sum / self.eval_episodes

@@ -11,11 +11,16 @@ a single-process run, from a collector in its own process
 
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 from typing import Optional, Protocol
 
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from harness.algos import Algorithm
@@ -23,13 +28,18 @@ from harness.collect.evaluate import Evaluation, PeriodicEvaluation
 from harness.collect.rollout import RolloutCollector, batch_template
 from harness.config import Config
 from harness.data.channel import BatchReceiver, ChannelError
+from harness.data.joined import CONFIG, HEADER_ONLY, PREFIX, JoinDesk
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.stats import EvalResult
 from harness.roles.collector import build_collector, evaluates, make_periodic_evaluation
 from harness.roles.evaluator import eval_message, make_evaluation
 from harness.sync import WeightPublisher, WeightSubscriber, make_publisher
+from harness.sync.endpoints import Publisher
 from harness.sync.local import local_pair
+from harness.sync.store import StoreSink
+
+log = logging.getLogger("harness")
 
 
 class BatchSource(Protocol):
@@ -159,6 +169,39 @@ class RemoteEvaluations:
         return 0
 
 
+class JoinedBatches:
+    """The data channel's batches, and between them those of collectors that joined the running
+    job (:mod:`harness.data.joined`), which its own collectors' keep coming (async mode)."""
+
+    def __init__(self, receiver: BatchReceiver, desk: JoinDesk):
+        self.receiver, self.desk = receiver, desk
+
+    def receive(self) -> list[TensorDict]:
+        return self.receiver.receive()  # sync rounds: joining is refused with them
+
+    def receive_any(self) -> TensorDict:
+        batch = self.desk.poll()
+        return self.receiver.receive_any() if batch is None else batch
+
+    def drain(self) -> int:
+        discarded = self.receiver.drain()
+        self.desk.close()
+        return discarded
+
+
+def open_join_desk(cfg: Config, publisher: WeightPublisher, template: TensorDict) -> JoinDesk:
+    """Trainer 0's join store on ``topology.join_port``: the job's config, its weights, and the collectors' numbers."""
+    port = cfg.topology.join_port
+    server = dist.TCPStore(socket.gethostname(), port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+    store = dist.PrefixStore(PREFIX, server)
+    store.set(CONFIG, (Path(cfg.run_dir or ".") / "config.yaml").read_text())
+    store.set(HEADER_ONLY, "0" if publisher.delivers_weights else "1")
+    assert isinstance(publisher, Publisher)  # every scheme's trainer end is endpoints'
+    publisher.add_sink(StoreSink(store))
+    log.info("collectors may join: python -m harness.join %s:%d", socket.getfqdn(), port)
+    return JoinDesk(store, template, cfg.dist_timeout_s, server)
+
+
 @dataclass
 class Connected:
     """What a trainer is connected to: the weight publisher (trainer 0's;
@@ -194,17 +237,19 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         evaluation = make_periodic_evaluation(cfg, collector, evaluates(layout))
         return Connected(publisher, batches=InlineCollector(collector, subscriber, evaluation))
     assert groups is not None
-    publisher = None
-    if layout.rank == 0:
-        publisher = make_publisher(cfg.sync, layout.rank, groups)
-        publisher.connect(models, algo.header_values)
     if algo.offline:
         template = eval_message()
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
         policy, spec = algo.acting_policy(models), algo.spec
         template = batch_template(policy, spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs, spec.obs_dtype)
+    publisher, desk = None, None
+    if layout.rank == 0:
+        publisher = make_publisher(cfg.sync, layout.rank, groups)
+        if cfg.topology.join_port:
+            desk = open_join_desk(cfg, publisher, template)
+        publisher.connect(models, algo.header_values)
     receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))
-    return Connected(publisher, batches=receiver)
+    return Connected(publisher, batches=receiver if desk is None else JoinedBatches(receiver, desk))

@@ -44,6 +44,10 @@ class Publisher(WeightPublisher):
     def delivers_weights(self) -> bool:
         return not self.header_only
 
+    def add_sink(self, sink: Sink) -> None:
+        """Also write every publish to ``sink`` (before ``connect``, which opens it)."""
+        self.sinks = [*self.sinks, sink]
+
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
         models = {} if self.header_only else models
         self.source = weights_of(models)
