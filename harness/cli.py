@@ -42,6 +42,9 @@ def speaks() -> bool:
     return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
+NULL_GROUP = "Config group override must be a string or a list"  # Hydra's words for group=null
+
+
 def refuse(e: BaseException, speaker: bool | None = None) -> NoReturn:
     """A mistake: said once, without a traceback (by rank 0, unless ``speaker`` says whether this
     rank is the one to say it); every rank exits with status 2."""
@@ -66,6 +69,11 @@ def user_errors(speaker: bool | None = None) -> Iterator[None]:
 def explain(e: BaseException) -> str:
     """One message for a mistake, whichever of Hydra, OmegaConf or the harness found it."""
     cause = e.__cause__
+    if NULL_GROUP in str(e):
+        return (
+            "a config group takes an option (group=option); to choose none, leave the group out of the command "
+            "(experiment=null or +experiment=null is refused by Hydra)"
+        )
     if isinstance(e, MissingConfigException) and (found := re.search(r"Could not find '([^/']+)/([^']+)'", str(e))):
         return unknown_option(found[1], found[2])
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
@@ -113,12 +121,20 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
         if _tracebacks:
             raise
         refuse(e)
+    except ValueError as e:
+        if not _tracebacks and NULL_GROUP in str(e):  # Hydra's defaults list, on group=null
+            refuse(e)
+        _crash()
     except Exception:
-        # A failure, not a mistake: its traceback, then out at once. Python's own exit would free the process
-        # groups in its garbage collector, where gloo's destructor joins threads that wait on peers' pending
-        # sends: a collector whose env raised kept its trainer waiting dist_timeout_s for a batch never sent.
-        traceback.print_exc()
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        _crash()
+
+
+def _crash() -> NoReturn:
+    """A failure, not a mistake: its traceback, then out at once. Python's own exit would free the process
+    groups in its garbage collector, where gloo's destructor joins threads that wait on peers' pending
+    sends: a collector whose env raised kept its trainer waiting dist_timeout_s for a batch never sent."""
+    traceback.print_exc()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

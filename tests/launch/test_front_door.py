@@ -48,6 +48,7 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
         (["algo=ppp"], "error: algo=ppp: no such option; did you mean algo=ppo? Choose one of: cql, dqn, iql, ppo, sac, td3"),
         (["topology.trainers=3"], "error: topology.trainers=3 with world size 3 leaves no rank to collect"),
         (["seed=abc"], "error: Error merging override seed=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+        (["+experiment=null"], "error: a config group takes an option (group=option); to choose none, leave the group out"),
     ],
 )
 def test_a_mistake_is_a_message_said_once_not_a_traceback(workdir, args, message):
