@@ -7,6 +7,10 @@ harness/collect/pixels.py) with ``--envs`` envs, interleaved rounds of
 ``--steps`` vector steps, medians over ``--rounds``:
 
 - ``bare``: the vector env stepped with random actions;
+- ``ale_vector``: ale-py's own C++ vector env (``AtariVectorEnv``: the same
+  preprocessing, done in C++ by its worker threads), stepped alike, with one
+  thread and with two (this machine's cores), to decide which one collectors
+  should step;
 - ``loop``: the same env and the ``ppo_atari`` policy (the Nature CNN) acting
   on each observation, written as a single-file script would write it;
 - ``collector``: the harness's ``RolloutCollector`` filling its batches with
@@ -37,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, float]:
     import numpy as np
     import torch
+    from ale_py.vector_env import AtariVectorEnv
     from omegaconf import OmegaConf
 
     from harness.algos import algorithm_for
@@ -58,6 +63,18 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
         for _ in range(steps):
             envs.step(rng.integers(0, spec.num_actions, envs_n))
 
+    game = env_id.split("Atari-")[1].split("-v")[0].lower()  # harness/Atari-Breakout-v5 -> breakout
+    ale = {
+        n: AtariVectorEnv(game, envs_n, num_threads=n, episodic_life=True, reward_clipping=True, use_fire_reset=True, noop_max=30)
+        for n in (1, 2)
+    }
+    for vector in ale.values():
+        vector.reset(seed=0)
+
+    def ale_vector(threads: int) -> None:
+        for _ in range(steps):
+            ale[threads].step(rng.integers(0, spec.num_actions, envs_n))
+
     @torch.no_grad()
     def loop() -> None:
         obs, _ = envs.reset(seed=1)
@@ -68,7 +85,13 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
     def collect() -> None:
         collector.collect(Header(0))
 
-    cases = {"bare": bare, "loop": loop, "collector": collect}
+    cases = {
+        "bare": bare,
+        "ale_vector_1_thread": lambda: ale_vector(1),
+        "ale_vector_2_threads": lambda: ale_vector(2),
+        "loop": loop,
+        "collector": collect,
+    }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, run in cases.items():
@@ -76,6 +99,8 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
             run()
             times[name].append(time.perf_counter() - started)
     envs.close()
+    for vector in ale.values():
+        vector.close()
     row = {f"{name}_frames_per_s": steps * envs_n / statistics.median(t) for name, t in times.items()}
     row["collector_vs_loop"] = row["collector_frames_per_s"] / row["loop_frames_per_s"]
     batch = collector.batch
