@@ -192,7 +192,10 @@ class JoinedBatches:
 def open_join_desk(cfg: Config, publisher: WeightPublisher, template: TensorDict) -> JoinDesk:
     """Trainer 0's join store on ``topology.join_port``: the job's config, its weights, and the collectors' numbers."""
     port = cfg.topology.join_port
-    server = dist.TCPStore(socket.gethostname(), port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+    try:
+        server = dist.TCPStore(socket.gethostname(), port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+    except RuntimeError as e:
+        raise RuntimeError(f"topology.join_port={port}: trainer 0 cannot listen there ({e}); choose a free port") from e
     store = dist.PrefixStore(PREFIX, server)
     store.set(CONFIG, (Path(cfg.run_dir or ".") / "config.yaml").read_text())
     store.set(HEADER_ONLY, "0" if publisher.delivers_weights else "1")
