@@ -18,6 +18,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import cast
@@ -32,6 +33,7 @@ log = logging.getLogger("harness")
 PREFIX = "harness/join/"
 CONFIG, COUNT = "config", "count"  # keys of the join store: the job's config.yaml, joiners so far
 HEADER_ONLY = "header_only"  # and "1" where only headers travel (sync=none)
+LOOK_S = 0.2  # how often trainer 0 looks for collectors that want to join
 
 
 def hello_key(number: int) -> str:
@@ -55,24 +57,25 @@ class JoinDesk:
         """``server``: the store's own, when ``store`` is a prefix of it (kept as long as the desk)."""
         self.store, self.template, self.timeout_s, self.server = store, template, timeout_s, server
         self.seen = 0  # joiners that took a number
+        self.waiting: list[int] = []  # those that have not said hello yet (they make their envs first)
+        self.looked_at = -LOOK_S  # when the store was last asked for newcomers
         self.ready: queue.Queue[tuple[threading.Event, TensorDict]] = queue.Queue()
         self.taken: threading.Event | None = None  # the batch handed out last: its thread waits to receive the next
         self.threads: dict[int, threading.Thread] = {}
-
-    @property
-    def joined(self) -> int:
-        """Joined collectors now sending."""
-        return sum(t.is_alive() for t in self.threads.values())
 
     def poll(self) -> TensorDict | None:
         """A joined collector's batch if one is in, valid until the next call; never blocks long."""
         if self.taken is not None:
             self.taken.set()  # the last one was used: its collector's next batch may land in its buffer
             self.taken = None
-        if (count := int(self.store.add(COUNT, 0))) > self.seen:
-            for number in range(self.seen + 1, count + 1):
+        if time.monotonic() - self.looked_at > LOOK_S:  # a round trip to the store: not before every batch
+            self.looked_at = time.monotonic()
+            if (count := int(self.store.add(COUNT, 0))) > self.seen:
+                self.waiting += range(self.seen + 1, count + 1)
+                self.seen = count
+            for number in [n for n in self.waiting if self.store.check([hello_key(n)])]:
+                self.waiting.remove(number)
                 self._accept(number)
-            self.seen = count
         try:
             self.taken, batch = self.ready.get_nowait()
         except queue.Empty:
