@@ -94,8 +94,9 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[tuple[float, str]] = []
-        assert proc.stdout is not None
-        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), line) for line in proc.stdout), daemon=True)
+        output = proc.stdout
+        assert output is not None  # stdout=PIPE
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), line) for line in output), daemon=True)
         reader.start()
         kills: list[tuple[float, int]] = []
         start, rank = time.monotonic(), 1
