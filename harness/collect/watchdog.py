@@ -12,8 +12,10 @@ env, its index, its seed and the step.
 
 Limits: the process ends (``os._exit``: the hung thread may hold any lock, so
 nothing that could wait on it runs), and the env is not made again as after
-an exception; torchrun ``--max-restarts`` restarts the job from its newest
-checkpoint. The bound is checked every quarter of it, so a hang is named
+an exception: with ``collector.max_restarts`` its rank replaces the worker
+process (:mod:`harness.roles.supervisor`, which also catches a hang that
+holds the GIL, where this thread cannot run), else torchrun
+``--max-restarts`` restarts the job from its newest checkpoint. The bound is checked every quarter of it, so a hang is named
 between 1 and 1.25 timeouts after the step began. A step that is merely slow
 past the bound is taken for a hung one: set the bound well above the env's
 slowest step, or 0 to turn the watchdog off.
