@@ -91,6 +91,9 @@ def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(w
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # As a shell starts a foreground job: Ctrl-C's default action, even when this test run was started in
+        # the background (nohup ... &), whose processes inherit SIGINT ignored (tests/terminal.py does the same).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_for(
         lambda: len(workers := children(job.pid)) == 3 and all(map(importing_torch, workers)), 120, "3 workers importing torch"
