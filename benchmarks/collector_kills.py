@@ -28,14 +28,14 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from jobs import job_command, job_env
+
 FIRST_BATCH = re.compile(r"collector rank (\d+): the replacement's first batch came")
 JOBS: dict[str, dict[str, Any]] = {
     "default": {"overrides": [], "variants": ("plain", "steady", "killed")},
@@ -77,21 +77,11 @@ def threshold_met(job: str, rows: list[dict[str, str]]) -> bool:
 def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     collectors = 4
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            str(Path(sys.executable).parent / "torchrun"),
-            "--standalone",
-            f"--nproc_per_node={1 + collectors}",
-            "-m",
-            "harness.train",
-            *JOBS[job]["overrides"],
-            f"seed={seed}",
-            "logger.console=false",
-            "checkpoint.every_frames=0",
-            f"run_dir={tmp}/run",
-        ]
+        overrides = [*JOBS[job]["overrides"], f"seed={seed}"]
         if variant != "plain":
-            cmd.append(f"collector.max_restarts={args.max_restarts}")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+            overrides.append(f"collector.max_restarts={args.max_restarts}")
+        cmd = job_command(1 + collectors, overrides, f"{tmp}/run")
+        env = job_env()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[tuple[float, str]] = []
         output = proc.stdout
