@@ -42,7 +42,7 @@ class TrainerConfig:
     """Where trainer ranks compute (harness/distributed/placement.py)."""
 
     device: str = "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
-    threads: str = "auto"  # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left after one per collector, shared by its trainers
+    threads: str = "auto"  # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left after one per collector, shared by its trainers; all: every core of the node, shared by its trainers (sync rounds: the collectors wait while they learn)
 
     def __post_init__(self) -> None:
         check_placement("trainer", self.device, self.threads)

@@ -41,7 +41,7 @@ def check_observations(name: str, cfg: AlgoConfig, spec: EnvSpec, env_id: str) -
             )
         return
     if not algorithm_for(name, spec).takes_pixels:
-        takers = sorted(n for n, cls in ALGOS.items() if cls.takes_pixels)
+        takers = sorted(n for n in ALGOS if algorithm_for(n, spec).takes_pixels)
         raise ValueError(
             f"env.id={env_id} observes images {spec.obs_shape}, and algo={name} takes state vectors only (its critics "
             f"take an observation and an action together, through MLPs). For images use algo={' or algo='.join(takers)}"

@@ -29,6 +29,7 @@ class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
 
     Config = CQLConfig
     compiled = ("losses",)
+    takes_pixels = True  # QPolicy's network is the Nature CNN on images, as DQN's (the CQL paper's Atari runs)
 
     @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> QPolicy:

@@ -20,12 +20,14 @@ from harness import checkpoint
 from harness.algos import algorithm_for, offline
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
+from harness.algos.nets import PixelEncoder
 from harness.collect.envs import env_spec
 from harness.data import dataset
 from harness.roles.loops import publish_due
 from harness.roles.state import Progress, TrainerState
 
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
+MINATAR = "harness/MinAtar-Breakout-v1"
 
 
 def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
@@ -111,6 +113,32 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     assert meta_mixed.transitions == 2501 and torch.equal(data_mixed["obs"], torch.cat([data["obs"], second["obs"]]))
     refused = write_dataset(["out=rand", "frames=10"], workdir, nproc=2)
     assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
+
+
+@pytest.mark.e2e
+def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workdir):
+    """MinAtar frames are written as uint8 (a quarter of float32's bytes on disk), sampled as uint8, made float
+    only inside the Q-network's CNN; and a real launch of discrete CQL trains on them."""
+    frames = 300
+    done = write_dataset(["env=minatar_breakout", "out=pixels", f"frames={frames}"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spec = env_spec(MINATAR)
+    data, _ = dataset.load(workdir / "pixels", MINATAR)
+    assert data["obs"].dtype == data["next_obs"].dtype == torch.uint8 and data["obs"].shape == (frames, 4, 10, 10)
+    assert (workdir / "pixels" / "data" / "obs.memmap").stat().st_size == frames * 400  # 4 x 10 x 10 bytes a frame
+    algo = algorithm_for("cql", spec)(CQLConfig(batch_size=32, compile=False), spec, 0)
+    encoder = next(m for m in algo.policy.modules() if isinstance(m, PixelEncoder))
+    inputs: list[torch.Tensor] = []
+    encoder.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    algo.use_dataset(data)
+    assert all(math.isfinite(float(v)) for v in algo.update([], 0).values())
+    assert inputs and all(x.dtype == torch.uint8 for x in inputs)
+
+    run = run_harness(["algo=cql", "env=minatar_breakout", "dataset=pixels", "algo.gradient_steps=40", "run_dir=cql"], workdir, nproc=2)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(workdir / "cql" / "metrics.csv", newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    assert int(float(last["gradient_steps"])) == 40 and math.isfinite(float(last["train/td_loss"]))
 
 
 @pytest.mark.unit

@@ -53,7 +53,7 @@ def test_channels_first_moves_the_channel_axis_and_scales_booleans():
     assert (obs == np.moveaxis(raw, -1, 0) * 255).all()
 
 
-@pytest.mark.parametrize("name", ["ppo", "dqn"])
+@pytest.mark.parametrize("name", ["ppo", "dqn", "cql"])  # cql: its discrete form, offline
 @pytest.mark.parametrize(
     "spec, kernels",
     [(env_spec(MINATAR), [(3, 3)]), (ATARI_SIZED, [(8, 8), (4, 4), (3, 3)])],
@@ -102,10 +102,10 @@ def test_the_encoder_scales_bytes_to_the_unit_interval_on_its_own_device():
     assert seen[0].dtype == torch.float32 and seen[0].max() == 1.0 and seen[0].shape == (2, 1, 10, 10)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, cls in ALGOS.items() if not cls.takes_pixels))
+@pytest.mark.parametrize("name", sorted(n for n in ALGOS if not algorithm_for(n, env_spec(MINATAR)).takes_pixels))
 def test_algorithms_without_a_cnn_refuse_images_naming_those_with_one(name):
-    overrides = ["algo.normalize_obs=false"] if name in ("sac", "td3", "iql", "cql") else []
-    with pytest.raises(ValueError, match=rf"algo={name} takes state vectors only.*use algo=dqn or algo=ppo"):
+    overrides = ["algo.normalize_obs=false"] if name in ("sac", "td3", "iql") else []
+    with pytest.raises(ValueError, match=rf"algo={name} takes state vectors only.*use algo=cql or algo=dqn or algo=ppo"):
         compose_config(f"algo={name}", "env=minatar_breakout", *overrides, *(["dataset=/nowhere"] if ALGOS[name].offline else []))
 
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.distributed.placement import PlacementError, place, threads_from_env
+from harness.distributed.placement import PlacementError, check_placement, place, threads_from_env
 from harness.distributed.topology import Layout
 
 pytestmark = pytest.mark.unit
@@ -96,6 +96,24 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
         "rank 2 collector: cpu, 1 thread (auto: one per collector)",
     ]
     assert placements(world=1, cores=8)[0].describe().endswith("8 threads (auto: the 8 cores it may use)")
+
+
+def test_trainer_threads_all_shares_every_core_of_the_node_among_its_trainers_whatever_the_environment_says():
+    """Sync rounds: the collectors wait while the trainers learn, so the trainers may take the whole node."""
+    one = {"OMP_NUM_THREADS": "1"}
+    got = placements(world=3, trainer_threads="all", cores=2, env=one)
+    assert [p.threads for p in got] == [2, 1, 1]
+    assert got[0].describe() == "rank 0 trainer: cpu, 2 threads (trainer.threads=all: the node's 2 cores)"
+    two_nodes = placements(world=8, trainers=2, per_node=4, trainer_threads="all", cores=16, env=one)
+    assert [p.threads for p in two_nodes] == [8, 8, 1, 1, 1, 1, 1, 1]  # node 0: 2 trainers share 16 cores
+    assert two_nodes[0].describe().endswith("8 threads (trainer.threads=all: the node's 16 cores, shared by 2 trainers)")
+
+
+def test_all_threads_is_a_trainers_choice_only():
+    with pytest.raises(ValueError, match=r"collector.threads='all': choose auto or a number of threads >= 1"):
+        check_placement("collector", "auto", "all")
+    with pytest.raises(ValueError, match=r"trainer.threads='many': choose auto or all or a number of threads >= 1"):
+        check_placement("trainer", "auto", "many")
 
 
 def test_a_thread_variable_that_is_not_a_count_is_refused_naming_it():

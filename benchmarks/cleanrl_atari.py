@@ -1,0 +1,147 @@
+"""``ppo_atari`` side by side with CleanRL's ``ppo_atari_envpool.py``, run unmodified: same game, same frames
+(agent steps, as CleanRL counts them), seeds interleaved (harness, CleanRL, harness, ...) so that a noisy machine
+hits both alike.
+
+CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old ``gym``):
+
+    mkdir -p /tmp/cleanrl && cd /tmp/cleanrl && python3.11 -m venv .venv
+    .venv/bin/pip install torch envpool==0.8.4 gym==0.23.1 tyro tensorboard 'numpy<2'
+    curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo_atari_envpool.py
+    python benchmarks/cleanrl_atari.py --python /tmp/cleanrl/.venv/bin/python \\
+        --script /tmp/cleanrl/ppo_atari_envpool.py --frames 307200 --json /tmp/cleanrl_atari.json
+
+Each side is launched as its users launch it: CleanRL as ``python ppo_atari_envpool.py --seed S
+--total-timesteps N`` (torch's default threads: every core), the harness as ``torchrun --nproc_per_node=3 -m
+harness.train experiment=ppo_atari seed=S collector.total_frames=N`` with ``OMP_NUM_THREADS=1`` (what
+``scripts/train.sh`` sets) and ``--harness-overrides``. Both anneal the learning rate to 0 at N frames.
+
+Reported per side (medians over seeds, and each seed): frames/s over the whole launch (N / wall time, start-up
+included) and in steady state (the harness's median ``collect/frames_per_s``, CleanRL's last printed SPS); the
+mean training-episode return (raw game score, lives summed) of the episodes that ended in the last
+``--window`` frames before N/2 and before N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import job_command, job_env
+
+EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
+SPS = re.compile(r"SPS: (\d+)")
+
+
+def window_mean(episodes: list[tuple[int, float]], end: int, window: int) -> float:
+    """The mean return of the episodes that ended in the ``window`` frames up to ``end``."""
+    returns = [r for frames, r in episodes if end - window < frames <= end]
+    return statistics.mean(returns) if returns else float("nan")
+
+
+def run_harness(seed: int, frames: int, window: int, overrides: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = job_command(
+            3,
+            [
+                "experiment=ppo_atari",
+                f"seed={seed}",
+                f"collector.total_frames={frames}",
+                f"logger.log_every_frames={window}",
+                *overrides,
+            ],
+            f"{tmp}/run",
+        )
+        start = time.perf_counter()
+        out = subprocess.run(cmd, cwd=tmp, env=job_env(), capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if out.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+        with open(f"{tmp}/run/metrics.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    # A row's train/episode_return is already the mean over the episodes that ended in its window.
+    returns = {int(float(r["frames"])): float(r["train/episode_return"] or "nan") for r in rows}
+    steady = statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])  # the first holds start-up
+    return {
+        "wall_s": wall,
+        "frames_per_s": frames / wall,
+        "steady_frames_per_s": steady,
+        "return_half": returns.get(frames // 2, float("nan")),
+        "return_end": returns.get(frames, float("nan")),
+    }
+
+
+def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH")}
+    with tempfile.TemporaryDirectory() as tmp:  # it writes runs/ (tensorboard) into its working directory
+        cmd = [python, script, "--seed", str(seed), "--total-timesteps", str(frames)]
+        start = time.perf_counter()
+        out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    episodes = [(int(s), float(r)) for s, r in EPISODE.findall(out.stdout)]
+    return {
+        "wall_s": wall,
+        "frames_per_s": frames / wall,
+        "steady_frames_per_s": float(SPS.findall(out.stdout)[-1]),
+        "return_half": window_mean(episodes, frames // 2, window),
+        "return_end": window_mean(episodes, frames, window),
+    }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ("wall_s", "frames_per_s", "steady_frames_per_s", "return_half", "return_end")
+    return {k: statistics.median(r[k] for r in runs) for k in keys} | {
+        "return_end_mean": statistics.mean(r["return_end"] for r in runs)
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", required=True, help="the Python of CleanRL's environment")
+    parser.add_argument("--script", required=True, help="CleanRL's ppo_atari_envpool.py")
+    parser.add_argument("--frames", type=int, default=307_200, help="agent steps per run (a multiple of 1024)")
+    parser.add_argument("--window", type=int, default=20_480, help="frames whose episodes make a return")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job")
+    parser.add_argument("--json", help="write every run and the summary here")
+    args = parser.parse_args()
+    if args.frames % 1024 or args.frames % (2 * args.window):
+        parser.error("--frames must be a multiple of 1024 (a round of both) and of 2 x --window")
+    runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
+    for seed in args.seeds:
+        runs["harness"].append({"seed": seed, **run_harness(seed, args.frames, args.window, args.harness_overrides)})
+        print("harness", runs["harness"][-1], flush=True)
+        runs["cleanrl"].append({"seed": seed, **run_cleanrl(args.python, args.script, seed, args.frames, args.window)})
+        print("cleanrl", runs["cleanrl"][-1], flush=True)
+    result = {
+        "frames": args.frames,
+        "window": args.window,
+        "overrides": args.harness_overrides,
+        "runs": runs,
+        "summary": {side: summary(side_runs) for side, side_runs in runs.items()},
+    }
+    for side, s in result["summary"].items():
+        print(side, {k: round(v, 2) for k, v in s.items()})
+    h, c = result["summary"]["harness"], result["summary"]["cleanrl"]
+    print(
+        f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
+        f"{h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
