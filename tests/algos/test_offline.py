@@ -134,7 +134,9 @@ def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workd
     assert all(math.isfinite(float(v)) for v in algo.update([], 0).values())
     assert inputs and all(x.dtype == torch.uint8 for x in inputs)
 
-    run = run_harness(["algo=cql", "env=minatar_breakout", "dataset=pixels", "algo.gradient_steps=40", "run_dir=cql"], workdir, nproc=2)
+    run = run_harness(
+        ["algo=cql", "env=minatar_breakout", "dataset=pixels", "algo.gradient_steps=40", "run_dir=cql"], workdir, nproc=2
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     with open(workdir / "cql" / "metrics.csv", newline="") as f:
         last = list(csv.DictReader(f))[-1]
