@@ -109,8 +109,9 @@ def test_the_collector_counts_whole_games_with_raw_returns():
 
 @pytest.mark.e2e
 def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
-    """The preset, shrunk: 1 trainer + 2 collectors, uint8 stacks on the channel, the Nature CNN on the trainer,
-    games counted with raw returns, the final weights evaluated on the evaluation flavour."""
+    """The preset, shrunk: 1 trainer (every core, compiled) + 2 collectors, uint8 stacks on the channel, the
+    Nature CNN on the trainer, games counted with raw returns, the final weights evaluated on the evaluation
+    flavour."""
     args = [
         "experiment=ppo_atari",
         "collector.total_frames=1024",
@@ -124,6 +125,7 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
     ]
     out = run_harness(args, tmp_path, nproc=3, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "(trainer.threads=all: the node's" in out.stdout + out.stderr  # the preset's, over torchrun's one thread
     table = rows(tmp_path / "run")
     assert [int(r["frames"]) for r in table] == [512, 1024]
     assert float(table[-1]["sync/bytes"]) > 4 * 1_600_000  # the actor's Nature CNN: 1.7M float32 parameters
