@@ -280,6 +280,7 @@ ON_A_DEVICE = {
     "iql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql-discrete": (CARTPOLE, {"reward_scale": 0.5, "batch_size": 8}),
+    "cql-discrete-atari": (ATARI, {"batch_size": 8}),  # an image dataset's uint8 stacks through the Nature CNN
     "dqn-atari": (ATARI, {"batch_size": 8, "learning_starts": 0}),
     "dqn-atari-frames": (ATARI, {"batch_size": 8, "learning_starts": 0, "replay_frames": True}),  # frame replay
 }
