@@ -28,6 +28,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def window_mean(episodes: list[tuple[int, float]], end: int, window: int) -> flo
     return statistics.mean(returns) if returns else float("nan")
 
 
-def run_harness(seed: int, frames: int, window: int, overrides: list[str]) -> dict[str, Any]:
+def run_harness(seed: int, frames: int, window: int, overrides: list[str], keep: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = job_command(
             3,
@@ -69,6 +70,10 @@ def run_harness(seed: int, frames: int, window: int, overrides: list[str]) -> di
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         with open(f"{tmp}/run/metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
+        if keep:
+            (keep / "harness" / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+            for name in ("metrics.csv", "config.yaml"):
+                shutil.copy(f"{tmp}/run/{name}", keep / "harness" / f"seed-{seed}" / name)
     # A row's train/episode_return is already the mean over the episodes that ended in its window.
     returns = {int(float(r["frames"])): float(r["train/episode_return"] or "nan") for r in rows}
     steady = statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])  # the first holds start-up
@@ -81,7 +86,7 @@ def run_harness(seed: int, frames: int, window: int, overrides: list[str]) -> di
     }
 
 
-def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int) -> dict[str, Any]:
+def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int, keep: Path | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH")}
     with tempfile.TemporaryDirectory() as tmp:  # it writes runs/ (tensorboard) into its working directory
         cmd = [python, script, "--seed", str(seed), "--total-timesteps", str(frames)]
@@ -91,6 +96,10 @@ def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int) -
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     episodes = [(int(s), float(r)) for s, r in EPISODE.findall(out.stdout)]
+    if keep:  # its printed episodes and SPS, as it printed them
+        (keep / "cleanrl" / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+        lines = [line for line in out.stdout.splitlines() if EPISODE.match(line) or SPS.match(line)]
+        (keep / "cleanrl" / f"seed-{seed}" / "stdout.txt").write_text("\n".join(lines) + "\n")
     return {
         "wall_s": wall,
         "frames_per_s": frames / wall,
@@ -116,14 +125,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job")
     parser.add_argument("--json", help="write every run and the summary here")
+    parser.add_argument("--keep", type=Path, help="keep each run's metrics here (<side>/seed-N)")
     args = parser.parse_args()
     if args.frames % 1024 or args.frames % (2 * args.window):
         parser.error("--frames must be a multiple of 1024 (a round of both) and of 2 x --window")
     runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
     for seed in args.seeds:
-        runs["harness"].append({"seed": seed, **run_harness(seed, args.frames, args.window, args.harness_overrides)})
+        runs["harness"].append({"seed": seed, **run_harness(seed, args.frames, args.window, args.harness_overrides, args.keep)})
         print("harness", runs["harness"][-1], flush=True)
-        runs["cleanrl"].append({"seed": seed, **run_cleanrl(args.python, args.script, seed, args.frames, args.window)})
+        runs["cleanrl"].append({"seed": seed, **run_cleanrl(args.python, args.script, seed, args.frames, args.window, args.keep)})
         print("cleanrl", runs["cleanrl"][-1], flush=True)
     result = {
         "frames": args.frames,
