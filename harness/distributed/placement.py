@@ -156,7 +156,7 @@ def threads_from_env(env: Mapping[str, str]) -> tuple[int, str] | None:
 
 
 def _threads(layout: Layout, trainer_threads: str, collector_threads: str, cores: int, env: Mapping[str, str]) -> tuple[int, str]:
-    """This rank's thread count and where it came from: its role's setting, if a count;
+    """This rank's thread count and where it came from: its role's setting, if a count or ``all``;
     else (``auto``) the environment's, if it sets one; else the node's cores."""
     section, setting = ("trainer", trainer_threads) if layout.is_trainer else ("collector", collector_threads)
     node_trainers = max(1, sum(r < layout.trainers for r in layout.node_ranks))
