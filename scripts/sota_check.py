@@ -6,7 +6,9 @@
     scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run nothing
 
 Each preset and seed runs through torchrun (1 trainer + NPROC-1 collectors,
-default NPROC=2) in ``<runs-root>/<preset>/seed-<n>`` (default runs-root:
+default NPROC=2; ``ppo_atari`` and the games after it want NPROC=3, and
+``ppo_atari_pong`` is ``experiment=ppo_atari env=pong``) in
+``<runs-root>/<preset>/seed-<n>`` (default runs-root:
 runs/sota). The same command on an unfinished run directory resumes it;
 ``--start-over`` moves an earlier run aside first. Runs launched some other
 way (``torchrun ... -m harness.train experiment=<preset> seed=<n>
@@ -48,6 +50,7 @@ class Published:
     task: str
     score: str  # mean ± std over seeds, and where it comes from
     frames: int  # the budget it was published at
+    launch: tuple[str, ...] = ()  # what to train, where the name is not itself a preset: experiment=... and overrides
 
 
 PRESETS = {
@@ -62,6 +65,9 @@ PRESETS = {
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
     "ppo_atari": Published("PPO", "Breakout (ALE v5, envpool's settings)", "415 (CleanRL, envpool)", 10_000_000),
     "dqn_atari": Published("DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000),
+    "ppo_atari_pong": Published(
+        "PPO", "Pong (ALE v5, envpool's settings)", "20.4 (CleanRL, envpool)", 10_000_000, ("experiment=ppo_atari", "env=pong")
+    ),
 }
 
 
@@ -196,7 +202,7 @@ def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None
         f"--nproc_per_node={nproc}",
         "-m",
         "harness.train",
-        f"experiment={preset}",
+        *(PRESETS[preset].launch or [f"experiment={preset}"]),
         f"seed={seed}",
         f"run_dir={run_dir}",
         "logger.console=false",
