@@ -4,11 +4,15 @@ hits both alike.
 
 CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old ``gym``):
 
-    mkdir -p /tmp/cleanrl && cd /tmp/cleanrl && python3.11 -m venv .venv
-    .venv/bin/pip install torch envpool==0.8.4 gym==0.23.1 tyro tensorboard 'numpy<2'
-    curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo_atari_envpool.py
+    python3.11 -m venv /tmp/cleanrl/.venv
+    /tmp/cleanrl/.venv/bin/pip install torch envpool==0.8.4 gym==0.23.1 tyro tensorboard 'numpy<2'
+    curl -L -o /tmp/cleanrl/ppo_atari_envpool.py \\
+        https://raw.githubusercontent.com/vwxyzjn/cleanrl/fe8d8a03c41a7ef5b523e2e354bd01c363e786bb/cleanrl/ppo_atari_envpool.py
     python benchmarks/cleanrl_atari.py --python /tmp/cleanrl/.venv/bin/python \\
-        --script /tmp/cleanrl/ppo_atari_envpool.py --frames 307200 --json /tmp/cleanrl_atari.json
+        --script /tmp/cleanrl/ppo_atari_envpool.py --frames 286720 --keep /tmp/cleanrl_atari --json /tmp/cleanrl_atari.json
+
+(envpool 0.8.4: CleanRL pins envpool below 0.7, which has no wheel for Python 3.11, and 1.x's ``gym`` flavour no
+longer runs the script unmodified.)
 
 Each side is launched as its users launch it: CleanRL as ``python ppo_atari_envpool.py --seed S
 --total-timesteps N`` (torch's default threads: every core), the harness as ``torchrun --nproc_per_node=3 -m
