@@ -28,11 +28,9 @@ mean training-episode return (raw game score, lives summed) of the episodes that
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs import job_command, job_env
+from jobs import run_job
 
 EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-\d.e+]+)")
 SPS = re.compile(r"SPS: (\d+)")
@@ -55,32 +53,23 @@ def window_mean(episodes: list[tuple[int, float]], end: int, window: int) -> flo
 
 
 def run_harness(seed: int, frames: int, window: int, overrides: list[str], keep: Path | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = job_command(
-            3,
-            [
-                "experiment=ppo_atari",
-                f"seed={seed}",
-                f"collector.total_frames={frames}",
-                f"logger.log_every_frames={window}",
-                *overrides,
-            ],
-            f"{tmp}/run",
-        )
-        start = time.perf_counter()
-        out = subprocess.run(cmd, cwd=tmp, env=job_env(), capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if out.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-        with open(f"{tmp}/run/metrics.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        if keep:
-            (keep / "harness" / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.csv", "config.yaml"):
-                shutil.copy(f"{tmp}/run/{name}", keep / "harness" / f"seed-{seed}" / name)
+    start = time.perf_counter()
+    rows = run_job(  # its rows after the first, which holds start-up; the half and the end are among them
+        3,
+        [
+            "experiment=ppo_atari",
+            f"seed={seed}",
+            f"collector.total_frames={frames}",
+            f"logger.log_every_frames={window}",
+            *overrides,
+        ],
+        timeout=None,
+        keep=keep and keep / "harness" / f"seed-{seed}",
+    )
+    wall = time.perf_counter() - start
     # A row's train/episode_return is already the mean over the episodes that ended in its window.
     returns = {int(float(r["frames"])): float(r["train/episode_return"] or "nan") for r in rows}
-    steady = statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])  # the first holds start-up
+    steady = statistics.median(float(r["collect/frames_per_s"]) for r in rows)
     return {
         "wall_s": wall,
         "frames_per_s": frames / wall,
