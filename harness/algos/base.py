@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Optional, Protocol, TypeVar, cast
 
 import torch
+import torch.distributed as dist
 from omegaconf import MISSING
 from tensordict import TensorDict
 from torch import nn
@@ -177,6 +178,14 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         if self.ddp_group is None:
             return module
         return nn.parallel.DistributedDataParallel(module, process_group=self.ddp_group)
+
+    def mean_over_trainers(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``'s mean over the trainers (each's own with one)."""
+        if self.ddp_group is None:
+            return value
+        total = value.detach().clone()
+        dist.all_reduce(total, group=self.ddp_group)
+        return total / dist.get_world_size(self.ddp_group)
 
     @classmethod
     @abc.abstractmethod

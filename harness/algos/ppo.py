@@ -6,9 +6,11 @@ global gradient-norm clipping; for continuous actions a Gaussian with a
 state-independent log-std and, as the MuJoCo presets set, observation
 normalisation (``algo.normalize_obs``) and reward scaling
 (``algo.normalize_reward``; :mod:`harness.algos.normalize`). Collectors run
-the actor and record each action's log-probability; the trainer evaluates the
-critic on the whole round, so only the actor's weights (and the observation
-statistics) travel.
+the actor and record each action's log-probability. On state vectors the
+trainer evaluates the critic on the whole round, so only the actor's weights
+(and the observation statistics) travel; on images the critic is a value head
+on the actor's CNN (CleanRL's Atari ``Agent``) that travels with it, and the
+collectors record each frame's value while acting, as CleanRL does.
 
 Frames acted with older versions than the learner's (``collector.mode=async``,
 or pipelined rounds) are learnt from with V-trace's targets and advantages in
@@ -30,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 from torch.distributions import Categorical, Normal
@@ -77,12 +78,18 @@ class PPOConfig(AlgoConfig):
 
 class PPOPolicy(Policy):
     """The actor: categorical logits, or a Gaussian mean with a learned,
-    state-independent log standard deviation for continuous actions."""
+    state-independent log standard deviation for continuous actions. On
+    images it also holds the critic's value head on its CNN, and acting
+    records each frame's ``value``."""
+
+    value_head: Optional[nn.Linear]
 
     def __init__(self, spec: EnvSpec, hidden_sizes: list[int]):
         super().__init__()
         self.discrete = spec.discrete
         self.net = network(spec, hidden_sizes, spec.num_actions, out_std=0.01)
+        features = cast(PixelEncoder, self.net[0]).features if spec.pixels else 0
+        self.value_head = layer_init(nn.Linear(features, 1), std=1.0) if spec.pixels else None
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
 
@@ -97,6 +104,10 @@ class PPOPolicy(Policy):
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
+        """The value head's values of the CNN's ``features``."""
+        return cast(nn.Linear, self.value_head)(features).float().squeeze(-1)
+
     def log_prob_entropy(
         self, obs: torch.Tensor, action: torch.Tensor, dist: torch.distributions.Distribution | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,37 +117,46 @@ class PPOPolicy(Policy):
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
 
     def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
-        dist = self.distribution(obs)
+        value: dict[str, torch.Tensor] = {}
+        if self.value_head is None:
+            dist = self.distribution(obs)
+        else:  # the CNN once, for both heads
+            features = self.net[0](obs.flatten(1))
+            dist = self.distribution_of(self.net[1](features))
+            value = {"value": self.value_of(features)}
         if deterministic:
             action = cast(Categorical, dist).probs.argmax(-1) if self.discrete else dist.mean
         else:
             action = dist.sample()
         logprob = dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
-        return TensorDict(action=action, logprob=logprob, batch_size=obs.shape[:1])
+        return TensorDict({"action": action, "logprob": logprob, **value}, batch_size=obs.shape[:1])
 
 
 class PPOLoss(nn.Module):
     """The PPO objective on one minibatch, as a module so that DDP can wrap it
     when several trainers learn together.
 
-    On images the critic is a value head on the actor's CNN (CleanRL's Atari
+    On images the critic is the actor's value head on its CNN (CleanRL's Atari
     ``Agent``): a minibatch goes through the CNN once, and both losses train it.
     """
 
-    def __init__(self, actor: PPOPolicy, critic: nn.Module, cfg: PPOConfig, obs_dims: int, shared: bool = False):
+    def __init__(self, actor: PPOPolicy, critic: Optional[nn.Module], cfg: PPOConfig, obs_dims: int):
+        """``critic``: the value network of observations; None where the actor holds a value head (images)."""
         super().__init__()
-        self.actor, self.critic, self.cfg, self.obs_dims, self.shared = actor, critic, cfg, obs_dims, shared
+        self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         obs = obs.flatten(-self.obs_dims)
-        return self.critic(self.actor.net[0](obs) if self.shared else obs).float().squeeze(-1)
+        if self.critic is None:
+            return self.actor.value_of(self.actor.net[0](obs))
+        return self.critic(obs).float().squeeze(-1)
 
     def forward(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        if self.shared:
+        if self.critic is None:
             features = self.actor.net[0](mb["obs"].flatten(1))
             dist = self.actor.distribution_of(self.actor.net[1](features))
-            new_value = self.critic(features).float().squeeze(-1)
+            new_value = self.actor.value_of(features)
         else:
             dist, new_value = self.actor.distribution(mb["obs"]), self.value(mb["obs"])
         logprob, entropy = self.actor.log_prob_entropy(mb["obs"], mb["action"], dist)
@@ -179,11 +199,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
-        if spec.pixels:  # a value head on the actor's CNN
-            critic: nn.Module = layer_init(nn.Linear(cast(PixelEncoder, self.policy.net[0]).features, 1), std=1.0)
-        else:
-            critic = network(spec, cfg.hidden_sizes, 1, out_std=1.0)
-        self.loss = PPOLoss(self.policy, critic.to(self.device), cfg, len(spec.obs_shape), shared=spec.pixels)
+        # On images the actor's value head is the critic.
+        critic = None if spec.pixels else network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
+        self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
         self.foreach = self.device.type != "meta"  # one kernel for every gradient's norm; meta (device tests) has none
@@ -201,22 +219,17 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
         return self.learner(mb)
 
-    def mean_over_trainers(self, value: torch.Tensor) -> torch.Tensor:
-        """``value``'s mean over the trainers (each's own with one)."""
-        if self.ddp_group is None:
-            return value
-        total = value.detach().clone()
-        dist.all_reduce(total, group=self.ddp_group)
-        return total / dist.get_world_size(self.ddp_group)
-
     @torch.no_grad()
     def targets(
         self, obs: torch.Tensor, rollout: TensorDict, reward: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The critic's values, the advantages and the value targets of a ``[T, N]`` rollout (GAE, or V-trace), and
-        the share of frames whose probability ratio V-trace truncated (0 with GAE)."""
+        the share of frames whose probability ratio V-trace truncated (0 with GAE). GAE takes the values recorded
+        while acting where there are (images: saving the CNN a pass over the round); V-trace, the current critic's."""
         cfg = self.cfg
-        values, next_value = self.loss.value(obs), self.loss.value(self.normalized(next_obs))
+        acted = self.policy.value_head is not None and not cfg.vtrace
+        values = rollout["value"] if acted else self.loss.value(obs)
+        next_value = self.loss.value(self.normalized(next_obs))
         if not cfg.vtrace:
             advantages = gae(reward, values, rollout["done"], next_value, cfg.gamma, cfg.gae_lambda)
             return values, advantages, advantages + values, torch.zeros((), device=values.device)
@@ -232,7 +245,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         cfg = self.cfg
         # The round, moved to the trainer's device once (on a GPU: through pinned memory, without blocking).
         # torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
-        keys = ("obs", "action", "logprob", "reward", "done", "terminated")  # terminated: the reward scaler's episode ends
+        keys = ["obs", "action", "logprob", "reward", "done", "terminated"]  # terminated: the reward scaler's episode ends
+        keys += ["value"] if self.policy.value_head is not None else []  # recorded while acting, on images
         frames_of_round = TensorDict(
             rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
             next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),

@@ -72,9 +72,10 @@ def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_onc
     """CleanRL's Atari ``Agent``: one CNN, an actor head and a critic head, both losses training the CNN."""
     algo = ALGOS["ppo"](ALGOS["ppo"].Config(compile=False), spec, 10_000)
     encoder = algo.policy.net[0]
-    assert isinstance(algo.loss.critic, nn.Linear) and convolutions(algo.loss) == convolutions(encoder)
-    actor = sum(p.numel() for p in algo.policy.parameters())
-    assert sum(p.numel() for p in algo.loss.parameters()) == actor + encoder.features + 1  # and the value head, once
+    assert isinstance(algo.policy.value_head, nn.Linear) and convolutions(algo.loss) == convolutions(encoder)
+    # The loss trains the policy's weights and nothing else: the value head is the policy's, and collectors get it.
+    assert {id(p) for p in algo.loss.parameters()} == {id(p) for p in algo.policy.parameters()}
+    assert sum(p.numel() for p in algo.policy.value_head.parameters()) == encoder.features + 1
     calls = []
     encoder.register_forward_hook(lambda *_: calls.append(1))
     n = 6
@@ -91,6 +92,34 @@ def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_onc
     assert len(calls) == 1
     out["value_loss"].backward()  # the value loss alone reaches the CNN
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
+
+
+def test_ppo_on_images_learns_from_the_values_the_collectors_recorded_without_a_second_pass_of_the_cnn():
+    """Acting records each frame's value (the trainer's critic's, of the same weights), and the update takes them:
+    the CNN sees the round's next observations and the minibatches, never the whole round at once."""
+    cls = ALGOS["ppo"]
+    algo = cls(cls.Config(compile=False, num_minibatches=2, update_epochs=1), env_spec(MINATAR), 10_000)
+    steps, envs = 8, 3
+    obs = torch.randint(0, 2, (steps, envs, *algo.spec.obs_shape), dtype=torch.uint8) * 255
+    with torch.no_grad():  # as a collector acts
+        acted = algo.policy.act(obs.flatten(0, 1))
+        torch.testing.assert_close(acted["value"], algo.loss.value(obs.flatten(0, 1)))
+    rollout = TensorDict(
+        obs=obs,
+        action=acted["action"].view(steps, envs),
+        logprob=acted["logprob"].view(steps, envs),
+        value=acted["value"].view(steps, envs),
+        reward=torch.randn(steps, envs),
+        done=torch.zeros(steps, envs, dtype=torch.bool),
+        terminated=torch.zeros(steps, envs, dtype=torch.bool),
+        batch_size=[steps, envs],
+    )
+    batch = TensorDict(rollout=rollout, next_obs=obs[-1], batch_size=[])
+    rows = []
+    algo.policy.net[0].register_forward_hook(lambda module, inputs, output: rows.append(output.shape[0]))
+    metrics = algo.update([batch], 0)
+    assert rows == [envs, steps * envs // 2, steps * envs // 2]  # the bootstrap values, then two minibatches
+    assert torch.isfinite(metrics["train/value_loss"])
 
 
 def test_the_encoder_scales_bytes_to_the_unit_interval_on_its_own_device():

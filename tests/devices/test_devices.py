@@ -263,6 +263,8 @@ def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
         terminated=torch.rand(steps, envs) < 0.1,
         batch_size=[steps, envs],
     )
+    if spec.pixels:  # the value head's, recorded while acting
+        rollout["value"] = torch.randn(steps, envs)
     return [TensorDict(rollout=rollout, next_obs=observations(spec, envs))]
 
 
