@@ -23,6 +23,9 @@ Reported per side (medians over seeds, and each seed): frames/s over the whole l
 included) and in steady state (the harness's median ``collect/frames_per_s``, CleanRL's last printed SPS); the
 mean training-episode return (raw game score, lives summed) of the episodes that ended in the last
 ``--window`` frames before N/2 and before N.
+
+Where one sitting cannot hold every seed (1M frames a run is about 75 minutes a seed here, both sides), run one
+seed per sitting, each side by side, and report them together: ``--merge a.json b.json c.json [--json all.json]``.
 """
 
 from __future__ import annotations
@@ -109,39 +112,57 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def report(runs: dict[str, list[dict[str, Any]]], frames: int, window: int, overrides: list[str]) -> dict[str, Any]:
+    """Every run and each side's summary, printed with the ratio of frames/s."""
+    summaries = {side: summary(side_runs) for side, side_runs in runs.items()}
+    for side, s in summaries.items():
+        print(side, {k: round(v, 2) for k, v in s.items()})
+    h, c = summaries["harness"], summaries["cleanrl"]
+    print(
+        f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
+        f"{h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
+    )
+    return {"frames": frames, "window": window, "overrides": overrides, "runs": runs, "summary": summaries}
+
+
+def merged(paths: list[str]) -> dict[str, Any]:
+    """One report of the runs in several ``--json`` files (seeds run in separate sittings, each side by side)."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    settings = {(r["frames"], r["window"], tuple(r["overrides"])) for r in parts}
+    if len(settings) != 1:
+        raise SystemExit(f"--merge: the files ran different frames, windows or overrides: {sorted(settings)}")
+    runs = {side: [run for r in parts for run in r["runs"][side]] for side in ("harness", "cleanrl")}
+    return report(runs, parts[0]["frames"], parts[0]["window"], parts[0]["overrides"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", required=True, help="the Python of CleanRL's environment")
-    parser.add_argument("--script", required=True, help="CleanRL's ppo_atari_envpool.py")
+    parser.add_argument("--python", help="the Python of CleanRL's environment")
+    parser.add_argument("--script", help="CleanRL's ppo_atari_envpool.py")
     parser.add_argument("--frames", type=int, default=307_200, help="agent steps per run (a multiple of 1024)")
     parser.add_argument("--window", type=int, default=20_480, help="frames whose episodes make a return")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job")
     parser.add_argument("--json", help="write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep each run's metrics here (<side>/seed-N)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="run nothing: report the runs of these --json files")
     args = parser.parse_args()
-    if args.frames % 1024 or args.frames % (2 * args.window):
-        parser.error("--frames must be a multiple of 1024 (a round of both) and of 2 x --window")
-    runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
-    for seed in args.seeds:
-        runs["harness"].append({"seed": seed, **run_harness(seed, args.frames, args.window, args.harness_overrides, args.keep)})
-        print("harness", runs["harness"][-1], flush=True)
-        runs["cleanrl"].append({"seed": seed, **run_cleanrl(args.python, args.script, seed, args.frames, args.window, args.keep)})
-        print("cleanrl", runs["cleanrl"][-1], flush=True)
-    result = {
-        "frames": args.frames,
-        "window": args.window,
-        "overrides": args.harness_overrides,
-        "runs": runs,
-        "summary": {side: summary(side_runs) for side, side_runs in runs.items()},
-    }
-    for side, s in result["summary"].items():
-        print(side, {k: round(v, 2) for k, v in s.items()})
-    h, c = result["summary"]["harness"], result["summary"]["cleanrl"]
-    print(
-        f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
-        f"{h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
-    )
+    if args.merge:
+        result = merged(args.merge)
+    else:
+        if not (args.python and args.script):
+            parser.error("--python and --script are required unless --merge")
+        if args.frames % 1024 or args.frames % (2 * args.window):
+            parser.error("--frames must be a multiple of 1024 (a round of both) and of 2 x --window")
+        runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
+        for seed in args.seeds:
+            harness = run_harness(seed, args.frames, args.window, args.harness_overrides, args.keep)
+            runs["harness"].append({"seed": seed, **harness})
+            print("harness", runs["harness"][-1], flush=True)
+            cleanrl = run_cleanrl(args.python, args.script, seed, args.frames, args.window, args.keep)
+            runs["cleanrl"].append({"seed": seed, **cleanrl})
+            print("cleanrl", runs["cleanrl"][-1], flush=True)
+        result = report(runs, args.frames, args.window, args.harness_overrides)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
