@@ -34,7 +34,7 @@ from harness.algos import ALGOS
 from harness.config import Config
 from harness.distributed.topology import Layout
 from harness.metrics.flat import flat
-from harness.roles.state import check_init_from
+from harness.roles.state import check_init_from, check_resumes
 from harness.run_lock import LOCK_NAME
 
 # Settings a resumed run may change: how long it runs, how it is watched and
@@ -151,13 +151,18 @@ def move_aside(run_dir: Path) -> Path:
 def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     """On every rank, before anything is written: may this launch use
     ``run_dir``? Returns whether it resumes an earlier run. Raises
-    :class:`RunDirError` naming the fix when it may not; and, when a new run
-    starts from ``checkpoint.init_from``, a ``CheckpointMismatchError`` when
-    that checkpoint's networks do not fit this run's."""
+    :class:`RunDirError` naming the fix when it may not; and a
+    ``CheckpointMismatchError`` when the checkpoint it starts from (a new run's
+    ``checkpoint.init_from``, or the one it resumes) holds other networks."""
     resumes = admits(cfg, raw, run_dir, layout)
-    anew = (cfg.checkpoint.start_over and not restarted()) or not any(checkpoint.checkpoint_dir(run_dir).glob("step-*"))
+    steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
+    anew = (cfg.checkpoint.start_over and not restarted()) or not steps
     if cfg.checkpoint.init_from and anew:
         check_init_from(cfg)
+    elif cfg.checkpoint.resume and not anew:
+        newest = next((step for step in steps if checkpoint.intact(step)), None)  # the one the trainer will read
+        if newest is not None:
+            check_resumes(cfg, newest)
     return resumes
 
 

@@ -100,7 +100,8 @@ class TrainerState:
         if cfg.init_from is None:
             return None
         state, meta, path = checkpoint.load_init(cfg.init_from)
-        self.algo.load_state_dict(initial_state(self.algo.state_dict(), state["algo"], set(cfg.init_with), cfg.init_from))
+        given, source = state["algo"], f"checkpoint.init_from={cfg.init_from}"
+        self.algo.load_state_dict(initial_state(self.algo.state_dict(), given, set(cfg.init_with), source))
         if self.rank == 0:
             log.info(
                 "initialised from %s (algo=%s env=%s at %s %s): the weights%s; counters start at 0",
@@ -110,19 +111,37 @@ class TrainerState:
         return path
 
 
+def mapped_state(step: Path) -> dict | None:
+    """A checkpoint's algorithm state with its tensors mapped, not read (the trainer checks their bytes against
+    their checksum when it loads them, and skips a damaged checkpoint); None if unreadable."""
+    try:
+        return torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)["algo"]
+    except Exception:  # unreadable: the trainer says why, or takes an older one
+        return None
+
+
+def fresh_state(cfg: Config) -> dict:
+    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    return algorithm_for(cfg.algo.name, spec)(cfg.algo, spec, cfg.collector.total_frames).state_dict()
+
+
 def check_init_from(cfg: Config) -> None:
     """Before anything is written, on every rank: ``checkpoint.init_from``'s networks fit this run's,
-    so that a mismatch is one message at start-up. Its tensors are mapped, not read: the trainer
-    checks their bytes against their checksum when it loads them (and skips a damaged checkpoint)."""
+    so that a mismatch is one message at start-up."""
     where = Path(cast(str, cfg.checkpoint.init_from))
     step = where if (where / "meta.json").exists() else max(checkpoint.checkpoint_dir(where).glob("step-*"))
-    try:
-        given = torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)
-    except Exception:  # unreadable: the trainer says why, or takes an older one
-        return
-    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
-    fresh = algorithm_for(cfg.algo.name, spec)(cfg.algo, spec, cfg.collector.total_frames).state_dict()
-    initial_state(fresh, given["algo"], set(cfg.checkpoint.init_with), str(where))
+    given = mapped_state(step)
+    if given is not None:
+        initial_state(fresh_state(cfg), given, set(cfg.checkpoint.init_with), f"checkpoint.init_from={where}")
+
+
+def check_resumes(cfg: Config, step: Path) -> None:
+    """Before anything is written, on every rank: the checkpoint a run resumes from holds this run's networks
+    (the run's settings are its own, so only another version of the harness writes other ones)."""
+    given = mapped_state(step)
+    if given is not None:
+        fix = "Resume it with the harness that wrote it, or use another run_dir= for a new run; nothing was changed"
+        check_fits(fresh_state(cfg), given, {"weights", "normalizer"}, f"checkpoint {step}", fix)
 
 
 def part_of(name: str, value: Any) -> str:
@@ -157,7 +176,7 @@ def initial_state(fresh: dict, given: dict, init_with: set[str], source: str) ->
     ``init_with`` names. An optimiser keeps ``fresh``'s hyper-parameters (this run's lr) and takes
     ``given``'s moments. Refused, naming the first differing tensor, when the two do not fit."""
     loaded = {"weights", *init_with} - {"optimizer"}
-    check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)
+    check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)  # source: where they come from, as a setting
     check_fits(fresh, given, loaded, source, OTHER_NORMALIZERS)
     if "optimizer" in init_with:
         check_fits(fresh, given, {"optimizer"}, source, "Leave optimizer out of checkpoint.init_with")
@@ -179,6 +198,6 @@ def check_fits(fresh: dict, given: dict, parts: set[str], source: str, fix: str)
         mine, theirs = ([f"{n} optimizer" for n, v in side.items() if part_of(n, v) == "optimizer"] for side in (fresh, given))
     if sorted(mine) != sorted(theirs):
         raise CheckpointMismatchError(
-            f"checkpoint.init_from={source} does not fit this run's {' and '.join(sorted(parts))}: first difference "
+            f"{source} does not fit this run's {' and '.join(sorted(parts))}: first difference "
             f"(here: this run, there: the checkpoint): {first_difference(sorted(mine), sorted(theirs))}. {fix}"
         )

@@ -107,6 +107,9 @@ def test_init_settings_are_checked_before_any_rank_starts(workdir, overrides, me
         compose_config(*overrides)
 
 
+SOURCE = "checkpoint.init_from=src"  # where the given state comes from, as the messages name it
+
+
 def algorithm(*overrides: str):
     cfg = compose_config("env=pendulum", *overrides)
     spec = env_spec(cfg.env.id)
@@ -118,14 +121,14 @@ def test_normaliser_statistics_come_with_the_weights_unless_left_out():
     given = algorithm("algo.normalize_obs=true").state_dict()
     given["obs_norm"] = {k: v + 1 for k, v in given["obs_norm"].items()}  # statistics the source run gathered
     fresh = algorithm("algo.normalize_obs=true").state_dict()
-    assert torch.equal(initial_state(fresh, given, {"normalizer"}, "src")["obs_norm"]["mean"], given["obs_norm"]["mean"])
-    assert torch.equal(initial_state(fresh, given, set(), "src")["obs_norm"]["mean"], fresh["obs_norm"]["mean"])
+    assert torch.equal(initial_state(fresh, given, {"normalizer"}, SOURCE)["obs_norm"]["mean"], given["obs_norm"]["mean"])
+    assert torch.equal(initial_state(fresh, given, set(), SOURCE)["obs_norm"]["mean"], fresh["obs_norm"]["mean"])
     plain = algorithm("algo.normalize_obs=false").state_dict()
     with pytest.raises(CheckpointMismatchError, match=r"does not fit this run's normalizer and weights: .* exists only here"):
-        initial_state(fresh, plain, {"normalizer"}, "src")
+        initial_state(fresh, plain, {"normalizer"}, SOURCE)
 
 
 @pytest.mark.unit
 def test_a_checkpoint_of_another_algorithm_is_refused_naming_what_differs():
     with pytest.raises(CheckpointMismatchError, match=re.escape("checkpoint.init_from=src does not fit this run's weights")):
-        initial_state(algorithm("algo=sac").state_dict(), algorithm("algo=ppo").state_dict(), {"normalizer"}, "src")
+        initial_state(algorithm("algo=sac").state_dict(), algorithm("algo=ppo").state_dict(), {"normalizer"}, SOURCE)

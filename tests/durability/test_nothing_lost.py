@@ -3,6 +3,7 @@ moves files aside, damaged checkpoints are never trusted. Real runs, real files.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -50,6 +51,27 @@ def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(workdir, finish
     out = run_harness([*TINY, override], workdir)
     assert out.returncode != 0
     assert message in out.stdout + out.stderr
+    assert snapshot(finished_run) == before
+
+
+@pytest.mark.e2e
+def test_a_checkpoint_holding_other_networks_is_refused_before_the_resume_changes_anything(workdir, finished_run):
+    """What a harness with other networks (another version) wrote: one message naming the first tensor that
+    differs, at start-up, without a traceback, every file as it was."""
+    newest = finished_run / "checkpoints/step-000000001024"
+    state = torch.load(newest / "state.pt", weights_only=True)
+    loss = state["algo"]["loss"]
+    loss["value_net.0.weight"] = loss.pop("critic.0.weight")  # a network renamed
+    torch.save(state, newest / "state.pt")
+    meta = json.loads((newest / "meta.json").read_text())
+    (newest / "meta.json").write_text(json.dumps({**meta, "sha256": checkpoint.sha256(newest / "state.pt")}))
+    before = snapshot(finished_run)
+    out = run_harness([*TINY, "collector.total_frames=2048"], workdir)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert f"checkpoint {newest} does not fit this run's normalizer and weights: first difference" in said, said[-3000:]
+    assert "loss.critic.0.weight" in said and "Traceback" not in said
+    assert said.count("does not fit") == 1  # from one rank
     assert snapshot(finished_run) == before
 
 
