@@ -154,20 +154,19 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     :class:`RunDirError` naming the fix when it may not; and a
     ``CheckpointMismatchError`` when the checkpoint it starts from (a new run's
     ``checkpoint.init_from``, or the one it resumes) holds other networks."""
-    resumes = admits(cfg, raw, run_dir, layout)
     steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
+    newest = next((step for step in steps if checkpoint.intact(step)), None)  # the one the trainer will read
+    resumes = admits(cfg, raw, run_dir, layout, steps, newest)
     anew = (cfg.checkpoint.start_over and not restarted()) or not steps
     if cfg.checkpoint.init_from and anew:
         check_init_from(cfg)
-    elif cfg.checkpoint.resume and not anew:
-        newest = next((step for step in steps if checkpoint.intact(step)), None)  # the one the trainer will read
-        if newest is not None:
-            check_resumes(cfg, newest)
+    elif cfg.checkpoint.resume and newest is not None and not anew:
+        check_resumes(cfg, newest)
     return resumes
 
 
-def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
-    """:func:`check`'s verdict on the directory itself."""
+def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: list[Path], newest: Path | None) -> bool:
+    """:func:`check`'s verdict on the directory itself, whose checkpoints are ``steps``, ``newest`` the newest intact."""
     used = used_by_an_earlier_run(run_dir)
     if not used or restarted():
         return bool(used)
@@ -179,8 +178,7 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
             f"runs in it. Use another run_dir=, or checkpoint.start_over=true to move its files into "
             f"{run_dir}/previous-<time>/ and start over there (nothing is deleted)"
         )
-    steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
-    if steps and not any(checkpoint.intact(step) for step in steps):
+    if steps and newest is None:
         raise RunDirError(
             f"none of the checkpoints in {checkpoint.checkpoint_dir(run_dir)} is intact ({', '.join(s.name for s in steps)}: "
             "unreadable, or their bytes do not match their checksums). Nothing was changed: use another run_dir= "
