@@ -5,9 +5,10 @@
     scripts/sota_check.sh --only td3_hopper --frames 300000    # capped: the table says it ran below the published budget
     scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run nothing
 
-Each preset and seed runs through torchrun (1 trainer + NPROC-1 collectors,
-default NPROC=2; ``ppo_atari`` and the games after it want NPROC=3, and
-``ppo_atari_pong`` is ``experiment=ppo_atari env=pong``) in
+Each preset and seed runs through torchrun (1 trainer + the preset's
+collectors: 1, or 2 for the Atari presets, whose 8 envs are 2 collectors x 4;
+NPROC=N, when set, starts N processes for every preset; ``ppo_atari_pong``
+is ``experiment=ppo_atari env=pong``) in
 ``<runs-root>/<preset>/seed-<n>`` (default runs-root:
 runs/sota). The same command on an unfinished run directory resumes it;
 ``--start-over`` moves an earlier run aside first. Runs launched some other
@@ -51,6 +52,7 @@ class Published:
     score: str  # mean ± std over seeds, and where it comes from
     frames: int  # the budget it was published at
     launch: tuple[str, ...] = ()  # what to train, where the name is not itself a preset: experiment=... and overrides
+    nproc: int = 2  # torchrun's processes: 1 trainer + the collectors the preset's settings are for
 
 
 PRESETS = {
@@ -63,10 +65,15 @@ PRESETS = {
     "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
     "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
-    "ppo_atari": Published("PPO", "Breakout (ALE v5, envpool's settings)", "415 (CleanRL, envpool)", 10_000_000),
-    "dqn_atari": Published("DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000),
+    "ppo_atari": Published("PPO", "Breakout (ALE v5, envpool's settings)", "415 (CleanRL, envpool)", 10_000_000, nproc=3),
+    "dqn_atari": Published("DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000, nproc=3),
     "ppo_atari_pong": Published(
-        "PPO", "Pong (ALE v5, envpool's settings)", "20.4 (CleanRL, envpool)", 10_000_000, ("experiment=ppo_atari", "env=pong")
+        "PPO",
+        "Pong (ALE v5, envpool's settings)",
+        "20.4 (CleanRL, envpool)",
+        10_000_000,
+        ("experiment=ppo_atari", "env=pong"),
+        nproc=3,
     ),
 }
 
@@ -194,8 +201,9 @@ def short(frames: int) -> str:
     return f"{frames / 1e6:g}M" if frames >= 1_000_000 else f"{frames / 1e3:g}k"
 
 
-def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None, start_over: bool) -> int:
-    """One preset and seed through torchrun; returns its exit status."""
+def command(preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool) -> list[str]:
+    """The torchrun command line of one preset and seed."""
+    nproc = int(os.environ.get("NPROC", PRESETS[preset].nproc))
     cmd = [
         str(Path(sys.executable).parent / "torchrun"),
         "--standalone",
@@ -211,6 +219,12 @@ def launch(preset: str, seed: int, run_dir: Path, nproc: int, frames: int | None
         cmd.append(f"collector.total_frames={frames}")
     if start_over:
         cmd.append("checkpoint.start_over=true")
+    return cmd
+
+
+def launch(preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool) -> int:
+    """One preset and seed through torchrun; returns its exit status."""
+    cmd = command(preset, seed, run_dir, frames, start_over)
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
 
@@ -229,13 +243,12 @@ def main() -> None:
     parser.add_argument("--start-over", action="store_true", help="move an earlier run in a run directory aside first")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
-    nproc = int(os.environ.get("NPROC", 2))
     failed = []
     lines = []
     for preset in args.only or PRESETS:
         if not args.summarize:
             for seed in args.seeds or [1]:
-                status = launch(preset, seed, args.runs_root / preset / f"seed-{seed}", nproc, args.frames, args.start_over)
+                status = launch(preset, seed, args.runs_root / preset / f"seed-{seed}", args.frames, args.start_over)
                 if status:
                     failed.append(f"{preset} seed {seed} (exit {status})")
         runs = [run for d in seed_dirs(args.runs_root, preset, args.seeds) if (run := read_run(d)) is not None]
@@ -273,8 +286,9 @@ def write_table(out: Path, lines: list[str]) -> None:
     rows.update({key(line): line for line in lines})
     out.write_text(
         "# Results\n\n"
-        "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + NPROC-1\n"
-        f"collectors through torchrun, on this project's 2-core, no-GPU machine). Last update {time.strftime('%Y-%m-%d')}.\n"
+        "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + 1\n"
+        "collector through torchrun, 2 collectors for the Atari presets, on this project's 2-core, no-GPU machine).\n"
+        f"Last update {time.strftime('%Y-%m-%d')}.\n"
         "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the\n"
         "final weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean\n"
         "`train/episode_return` of the last three log rows (the stochastic policy's training episodes, as CleanRL\n"

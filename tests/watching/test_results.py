@@ -57,6 +57,17 @@ def test_final_return_counts_the_final_weights_evaluation_last():
     assert sc.final_return(trained) == (30.0, "train")  # no evaluation: the last three training returns
 
 
+def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_otherwise(monkeypatch, tmp_path):
+    sc = script("sota_check")
+    monkeypatch.delenv("NPROC", raising=False)
+    # ppo_atari's rounds are CleanRL's 8 envs as 2 collectors x 4: 1 trainer + 2 collectors.
+    assert "--nproc_per_node=3" in sc.command("ppo_atari", 1, tmp_path, None, False)
+    assert "--nproc_per_node=3" in sc.command("ppo_atari_pong", 1, tmp_path, None, False)
+    assert "--nproc_per_node=2" in sc.command("sac_pendulum", 1, tmp_path, None, False)
+    monkeypatch.setenv("NPROC", "4")
+    assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False)
+
+
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):
     sc = script("sota_check")
     out = tmp_path / "results.md"
