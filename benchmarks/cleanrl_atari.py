@@ -107,8 +107,10 @@ def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int, k
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
     keys = ("wall_s", "frames_per_s", "steady_frames_per_s", "return_half", "return_end")
+    ends = [r["return_end"] for r in runs]
     return {k: statistics.median(r[k] for r in runs) for k in keys} | {
-        "return_end_mean": statistics.mean(r["return_end"] for r in runs)
+        "return_end_mean": statistics.mean(ends),
+        "return_end_sd": statistics.stdev(ends) if len(ends) > 1 else 0.0,  # the seeds' spread (n - 1)
     }
 
 
@@ -121,6 +123,10 @@ def report(runs: dict[str, list[dict[str, Any]]], frames: int, window: int, over
     print(
         f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
         f"{h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
+    )
+    print(
+        f"return at {frames:,} frames, mean ± sd over {len(runs['harness'])} and {len(runs['cleanrl'])} seeds: "
+        f"harness {h['return_end_mean']:.1f} ± {h['return_end_sd']:.1f}, CleanRL {c['return_end_mean']:.1f} ± {c['return_end_sd']:.1f}"
     )
     return {"frames": frames, "window": window, "overrides": overrides, "runs": runs, "summary": summaries}
 
