@@ -13,6 +13,7 @@ episode of every so many evaluations to ``<run_dir>/videos/``.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Optional, cast
 
@@ -136,14 +137,28 @@ class PeriodicEvaluation:
 
     def __init__(self, evaluation: Evaluation, every: int):
         self.evaluation, self.every, self.next = evaluation, every, every
+        self.result: Optional[EvalResult] = None  # evaluated, not yet on a batch
+
+    def run_if_due(self, header: Header) -> float:
+        """Evaluates the weights as they are now if they are due; returns the seconds it took."""
+        if header.frames < self.next:
+            return 0.0
+        started = time.perf_counter()
+        self.result = self.evaluation(header)
+        self.next = (header.frames // self.every + 1) * self.every
+        return time.perf_counter() - started
+
+    def stamp(self, batch: TensorDict) -> None:
+        """Puts the result not yet sent on ``batch``."""
+        if self.result is not None:
+            batch["stats", "eval_episodes"].fill_(self.result.episodes)
+            batch["stats", "eval_return_sum"].fill_(self.result.return_sum)
+            self.result = None
 
     def maybe_run(self, batch: TensorDict, header: Header) -> None:
-        if header.frames < self.next:
-            return
-        result = self.evaluation(header)
-        batch["stats", "eval_episodes"].fill_(result.episodes)
-        batch["stats", "eval_return_sum"].fill_(result.return_sum)
-        self.next = (header.frames // self.every + 1) * self.every
+        """Evaluates if due, its result on ``batch``."""
+        self.run_if_due(header)
+        self.stamp(batch)
 
     def close(self) -> None:
         self.evaluation.close()

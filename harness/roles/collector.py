@@ -104,7 +104,9 @@ def collect_loop(
         else:
             batch = collector.collect(header)
         if evaluation is not None:
-            evaluation.maybe_run(batch, subscriber.current_header())
+            if streaming:  # no wait to hide it in: it holds up this batch
+                evaluation.run_if_due(subscriber.current_header())
+            evaluation.stamp(batch)
         batch["stats", "preempt"].fill_(signals.requested())
         batch["stats", "wait_s"].fill_(waited_s)
         waiting_since = time.perf_counter()
@@ -113,6 +115,8 @@ def collect_loop(
             header = subscriber.poll() or subscriber.current_header()
         else:
             outlet.send(batch)
+            if evaluation is not None:  # while the trainer learns from the batch: weights change only in wait()
+                waiting_since += evaluation.run_if_due(header)  # the result rides on the next batch
             # The next version; pipelined, the first two rounds share one.
             again = cfg.collector.pipeline and first_round
             header = subscriber.wait(min_version=header.version if again else header.version + 1)

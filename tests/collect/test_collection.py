@@ -276,3 +276,26 @@ def test_one_and_two_trainers_learn_alike(workdir):
     for trainers, curve in finals.items():
         assert max(curve[-2:]) > 120, (trainers, curve)
         assert curve[-1] > 2 * curve[0], (trainers, curve)
+
+
+@pytest.mark.unit
+def test_an_evaluation_run_between_batches_rides_on_the_next_batch_once(tmp_path):
+    """Sync rounds evaluate after sending a batch (while the trainer learns) and stamp the result on the next."""
+    from harness.collect.evaluate import Evaluation, PeriodicEvaluation
+    from harness.roles.collector import make_collector
+    from harness.sync.contract import Header
+
+    cfg = compose_config("debug=tiny", f"run_dir={tmp_path / 'run'}")
+    collector, *_ = make_collector(cfg, 1)
+    periodic = PeriodicEvaluation(Evaluation(cfg.env.id, cfg.env.max_episode_steps, 2, collector.policy, seed=5), every=128)
+    assert periodic.run_if_due(Header(version=1, frames=64)) == 0.0 and periodic.result is None  # not due yet
+    assert periodic.run_if_due(Header(version=2, frames=128)) > 0.0
+    first = collector.collect(Header(version=2, frames=128))
+    periodic.stamp(first)
+    assert float(first["stats", "eval_episodes"]) == 2 and float(first["stats", "eval_return_sum"]) >= 2 * 8
+    second = collector.collect(Header(version=2, frames=128))
+    periodic.stamp(second)  # already sent: not counted twice
+    assert float(second["stats", "eval_episodes"]) == 0
+    assert periodic.run_if_due(Header(version=3, frames=200)) == 0.0  # the next is due at 256
+    collector.envs.close()
+    periodic.close()
