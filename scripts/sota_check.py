@@ -5,10 +5,10 @@
     scripts/sota_check.sh --only td3_hopper --frames 300000    # capped: the table says it ran below the published budget
     scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run nothing
 
-Each preset and seed runs through torchrun (1 trainer + the preset's
-collectors: 1, or 2 for the Atari presets, whose 8 envs are 2 collectors x 4;
-NPROC=N, when set, starts N processes for every preset; ``ppo_atari_pong``
-is ``experiment=ppo_atari env=pong``) in
+Each preset and seed runs through torchrun (1 trainer + the collectors its
+settings are for: 2 for ``ppo_cartpole`` and the Atari presets, 1 for the
+others; NPROC=N, when set, starts N processes for every preset;
+``ppo_atari_pong`` is ``experiment=ppo_atari env=pong``) in
 ``<runs-root>/<preset>/seed-<n>`` (default runs-root:
 runs/sota). The same command on an unfinished run directory resumes it;
 ``--start-over`` moves an earlier run aside first. Runs launched some other
@@ -56,7 +56,7 @@ class Published:
 
 
 PRESETS = {
-    "ppo_cartpole": Published("PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000),
+    "ppo_cartpole": Published("PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000, nproc=3),
     "dqn_cartpole": Published("DQN", "CartPole-v1", "489 ± 16 (CleanRL)", 500_000),
     "sac_pendulum": Published("SAC", "Pendulum-v1", "about -150", 20_000),
     "td3_pendulum": Published("TD3", "Pendulum-v1", "about -150", 20_000),
@@ -287,7 +287,7 @@ def write_table(out: Path, lines: list[str]) -> None:
     out.write_text(
         "# Results\n\n"
         "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + 1\n"
-        "collector through torchrun, 2 collectors for the Atari presets, on this project's 2-core, no-GPU machine).\n"
+        "collector through torchrun, 2 for PPO CartPole and Atari, on this project's 2-core, no-GPU machine).\n"
         f"Last update {time.strftime('%Y-%m-%d')}.\n"
         "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the\n"
         "final weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean\n"

@@ -63,6 +63,7 @@ def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_othe
     # ppo_atari's rounds are CleanRL's 8 envs as 2 collectors x 4: 1 trainer + 2 collectors.
     assert "--nproc_per_node=3" in sc.command("ppo_atari", 1, tmp_path, None, False)
     assert "--nproc_per_node=3" in sc.command("ppo_atari_pong", 1, tmp_path, None, False)
+    assert "--nproc_per_node=3" in sc.command("ppo_cartpole", 1, tmp_path, None, False)  # 2 collectors x 4 envs x 32 steps
     assert "--nproc_per_node=2" in sc.command("sac_pendulum", 1, tmp_path, None, False)
     monkeypatch.setenv("NPROC", "4")
     assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False)
