@@ -155,12 +155,13 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     ``CheckpointMismatchError`` when the checkpoint it starts from (a new run's
     ``checkpoint.init_from``, or the one it resumes) holds other networks."""
     steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
-    newest = next((step for step in steps if checkpoint.intact(step)), None)  # the one the trainer will read
-    resumes = admits(cfg, raw, run_dir, layout, steps, newest)
     anew = (cfg.checkpoint.start_over and not restarted()) or not steps
+    # The checkpoint the trainer will read, hashed only where a resume reads one.
+    newest = next((s for s in steps if checkpoint.intact(s)), None) if cfg.checkpoint.resume and not anew else None
+    resumes = admits(cfg, raw, run_dir, layout, steps, newest)
     if cfg.checkpoint.init_from and anew:
         check_init_from(cfg)
-    elif cfg.checkpoint.resume and newest is not None and not anew:
+    elif newest is not None:
         check_resumes(cfg, newest)
     return resumes
 
