@@ -24,7 +24,7 @@ included) and in steady state (the harness's median ``collect/frames_per_s``, Cl
 mean training-episode return (raw game score, lives summed) of the episodes that ended in the last
 ``--window`` frames before N/2 and before N.
 
-Where one sitting cannot hold every seed (1M frames a run is about 75 minutes a seed here, both sides), run one
+Where one sitting cannot hold every seed (1M frames a run is 60 to 85 minutes a seed here, both sides), run one
 seed per sitting, each side by side, and report them together: ``--merge a.json b.json c.json [--json all.json]``.
 """
 
