@@ -47,7 +47,7 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
     from harness.algos import algorithm_for
     from harness.collect.envs import env_spec, make_vec_env, to_tensor
     from harness.collect.rollout import RolloutCollector
-    from harness.packing import buffer_of
+    from harness.core.packing import buffer_of
     from harness.sync import Header
 
     torch.set_num_threads(1)

@@ -48,9 +48,9 @@ from harness.collect.envs import make_vec_env, spec_of, to_tensor
 from harness.config import load, register_configs
 from harness.data.channel import BatchReceiver
 from harness.distributed.setup import init_distributed
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.sync import Header, make_publisher
+from harness.testing.spawn import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = {"CartPole-v1": "cartpole", "HalfCheetah-v5": "halfcheetah"}

@@ -1,11 +1,11 @@
 """Collectors of a second launch join a running job over a network, then leave it: does intake follow them?
 
-Two network namespaces stand in for two nodes (harness/distributed/netns.py;
+Two network namespaces stand in for two nodes (harness/testing/netns.py;
 root and iproute2 needed). On the first, a 1 trainer + 2 collector job (async
 PPO on ``slow_env:SlowCartPole-v0``, whose steps sleep ``--step-s``: collectors
 that cost time, not CPU, as a pool of slow simulators) with
 ``topology.join_port``; on the second, a second launch of ``--joiners``
-collectors (``python -m harness.join``) that joins after the first phase and
+collectors (``python -m harness.cli.join``) that joins after the first phase and
 leaves (SIGTERM) after the second. Intake in each phase is the frames the
 trainer learned from over its training time (two rows of ``metrics.csv``
 ``--phase-s`` apart); the trainer's process id is read before and after.
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.distributed import netns
+from harness.testing import netns
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 29480
@@ -99,7 +99,7 @@ def main() -> None:
             wait_rows(run, 3)
             trainer = trainer_pid(job.pid)
             before = phase(run, args.phase_s)
-            join_cmd = other.run([sys.executable, "-m", "harness.join", f"{head.address}:{PORT}"])
+            join_cmd = other.run([sys.executable, "-m", "harness.cli.join", f"{head.address}:{PORT}"])
             joiners = [
                 subprocess.Popen(join_cmd, cwd=tmp, env={**variables, **other.env()}, stdout=subprocess.DEVNULL)
                 for _ in range(args.joiners)

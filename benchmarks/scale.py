@@ -61,9 +61,9 @@ def worker(opts: dict) -> None:
     from harness.algos.ppo import PPO
     from harness.collect.envs import env_spec
     from harness.config import load, register_configs
+    from harness.core.packing import pack_parameters_
     from harness.distributed.setup import init_distributed
     from harness.distributed.topology import Layout
-    from harness.packing import pack_parameters_
     from harness.sync import SCHEMES as SCHEMES_BY_NAME
 
     marks = {"imported": time.monotonic_ns()}  # when this rank reached each stage of its start
@@ -289,7 +289,7 @@ def main() -> None:
     with ExitStack() as stack:
         pair = None
         if 2 in args.nodes:
-            from harness.distributed import netns
+            from harness.testing import netns
 
             try:
                 pair = stack.enter_context(netns.two_nodes("b"))

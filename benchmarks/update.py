@@ -42,8 +42,8 @@ from harness.algos.devices import check_devices
 from harness.algos.optim import step
 from harness.algos.replay import ReplayBuffer
 from harness.collect.envs import env_spec
+from harness.core.specs import EnvSpec
 from harness.data import dataset
-from harness.specs import EnvSpec
 
 Step = Callable[[], object]
 aten = torch.ops.aten

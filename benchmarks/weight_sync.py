@@ -47,13 +47,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness.core.packing import pack_parameters_
 from harness.distributed.setup import init_distributed
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
-from harness.packing import pack_parameters_
 from harness.sync import SCHEMES as SCHEMES_BY_NAME
 from harness.sync import Header, WeightPublisher, futex, make_publisher, make_subscriber, shm_files
 from harness.sync.config import SyncConfig
+from harness.testing.spawn import run_ranks
 
 SCHEMES = ["gloo", "shm", "hierarchical"]
 REFERENCES = ["shm_copy_ack", "gloo_per_param"]  # measured by spawned ranks like the schemes

@@ -25,8 +25,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness import cli, run_directory, run_lock
 from harness.algos import ALGOS
+from harness.cli import errors as cli
 from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
@@ -37,6 +37,8 @@ from harness.roles.collector import run_collector
 from harness.roles.evaluator import run_evaluator
 from harness.roles.supervisor import run_supervised_collector
 from harness.roles.trainer import run_trainer
+from harness.runs import directory as run_directory
+from harness.runs import lock as run_lock
 from harness.sync import SCHEMES
 
 log = logging.getLogger("harness")

@@ -101,7 +101,7 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
         shutil.rmtree(probe, ignore_errors=True)
         torchrun(
             nproc,
-            "harness.write_dataset",
+            "harness.cli.dataset",
             f"env={spec.env}",
             f"policy={checkpoint}",
             f"out={probe}",
@@ -127,7 +127,7 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | No
     checkpoint = behaviour_checkpoint(task, nproc, runs, expert, medium)
     torchrun(
         nproc,
-        "harness.write_dataset",
+        "harness.cli.dataset",
         f"env={spec.env}",
         f"policy={checkpoint}",
         f"out={out}",

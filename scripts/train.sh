@@ -21,6 +21,6 @@ cd "$ROOT"
 if [ "$NPROC" = 1 ]; then
   exec "$VENV/bin/python" -m harness.train "$@"
 fi
-# harness.launch is torchrun (same arguments) with a clean Ctrl-C: see harness/launch.py.
-exec "$VENV/bin/python" -m harness.launch --standalone --nproc_per_node="$NPROC" --max-restarts="${MAX_RESTARTS:-0}" \
+# harness.cli.launch is torchrun (same arguments) with a clean Ctrl-C: see harness/cli/launch.py.
+exec "$VENV/bin/python" -m harness.cli.launch --standalone --nproc_per_node="$NPROC" --max-restarts="${MAX_RESTARTS:-0}" \
   -m harness.train "$@"

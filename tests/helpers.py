@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 
 from harness.config import Config, load, register_configs
-from harness.run_lock import LOCK_NAME
+from harness.runs.lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -58,10 +58,10 @@ def run_harness(
 
 def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0, launch: bool = False) -> subprocess.Popen:
     """The same, in the background (output merged), for tests that signal or kill it.
-    ``launch``: through ``harness.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
+    ``launch``: through ``harness.cli.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
     start = launcher(nproc, restarts)
     if launch:
-        start = [sys.executable, "-m", "harness.launch", *start[1:]]
+        start = [sys.executable, "-m", "harness.cli.launch", *start[1:]]
     return subprocess.Popen(
         [*start, "-m", "harness.train", *args],
         cwd=cwd,

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "harness"
-LOWER = ("harness.packing", "harness.specs", "harness.checkpoint", "harness.metrics", "harness.distributed")
+LOWER = ("harness.core", "harness.metrics", "harness.distributed")
 MIDDLE = ("harness.sync", "harness.data", "harness.collect", "harness.algos")
 LAYER_NAMES = {0: "lower", 1: "middle", 2: "upper"}
 
@@ -148,7 +148,7 @@ def test_the_graph_sees_function_level_and_type_checking_imports():
         "if TYPE_CHECKING:\n    from harness.config import Config\n"
         "def f():\n    from harness.sync import SCHEMES\n"
     )
-    names = [name for name, _ in imported_names(tree, "harness.packing", False)]
+    names = [name for name, _ in imported_names(tree, "harness.core.packing", False)]
     assert "harness.sync.SCHEMES" in names and "harness.config.Config" in names
 
 

@@ -72,5 +72,5 @@ def test_a_missing_path_module_or_link_is_found(tmp_path):
     )
     assert named_paths(doc) == {"harness/dataset.py", "scripts/plot.py"}  # runs/<name>: what a run writes
     assert not any(ROOT.glob("harness/dataset.py")) and not _module_or_attr("harness.dataset")
-    assert _module_or_attr("harness.launch.main") and _module_or_attr("harness.distributed.spawn.run_ranks")
+    assert _module_or_attr("harness.cli.launch.main") and _module_or_attr("harness.testing.spawn.run_ranks")
     assert links(doc) == {"nowhere.md"}

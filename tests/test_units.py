@@ -10,9 +10,9 @@ from tensordict import TensorDict
 from torch import nn
 
 from harness.algos.gae import gae
+from harness.core.packing import buffer_of, first_difference, pack, pack_parameters_, schema
 from harness.distributed import handshake
 from harness.metrics.logger import CSVLog
-from harness.packing import buffer_of, first_difference, pack, pack_parameters_, schema
 from harness.sync import SchemaMismatchError
 from harness.sync.broadcast import BroadcastSink, BroadcastSource
 from harness.sync.contract import Endpoint, Sink, Source

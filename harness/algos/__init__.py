@@ -20,7 +20,7 @@ from harness.algos.iql import IQL
 from harness.algos.ppo import PPO
 from harness.algos.sac import SAC
 from harness.algos.td3 import TD3
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "td3": TD3, "dqn": DQN, "iql": IQL, "cql": CQL}
 DISCRETE_FORMS: dict[str, type[Algorithm]] = {"cql": DiscreteCQL}

@@ -23,8 +23,8 @@ from torch.distributed import ProcessGroup
 from harness.algos.normalize import ObsNormalizer
 from harness.algos.ranges import POSITIVE, check_ranges, ranged
 from harness.algos.transfer import HostToDevice
-from harness.packing import pack_parameters_
-from harness.specs import EnvSpec
+from harness.core.packing import pack_parameters_
+from harness.core.specs import EnvSpec
 
 
 @dataclass

@@ -25,7 +25,7 @@ from harness.algos.nets import LogScalar
 from harness.algos.offline import OfflineAlgorithm
 from harness.algos.optim import adam, step
 from harness.algos.sac import SACPolicy
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 __all__ = ["CQL", "CQLConfig", "DiscreteCQL", "cql_penalty"]
 

@@ -21,7 +21,7 @@ from harness.algos.critics import soft_update
 from harness.algos.dqn import QPolicy
 from harness.algos.offline import OfflineAlgorithm
 from harness.algos.optim import adam, step
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 
 class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):

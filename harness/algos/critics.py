@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from harness.algos.nets import mlp
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:

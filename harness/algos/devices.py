@@ -19,7 +19,7 @@ from torch import nn
 
 from harness.algos.base import Algorithm
 from harness.algos.offpolicy import OffPolicyAlgorithm
-from harness.packing import leaf_tensors
+from harness.core.packing import leaf_tensors
 
 
 def _module_tensors(name: str, module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

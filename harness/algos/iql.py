@@ -27,7 +27,7 @@ from harness.algos.nets import Bounds, mlp
 from harness.algos.offline import OfflineAlgorithm, OfflineConfig
 from harness.algos.optim import adam, step
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, OPEN_UNIT, POSITIVE, UNIT, ranged
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 EXP_ADV_MAX = 100.0  # the advantage weights' clip, as in the paper's code
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
 

@@ -22,7 +22,7 @@ from tensordict import TensorDict
 
 from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.ranges import AT_LEAST_ONE, POSITIVE, UNIT, ranged
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 STATISTICS_CHUNK = 100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
 

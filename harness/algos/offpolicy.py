@@ -29,7 +29,7 @@ from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.frame_replay import FrameReplay
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
 from harness.algos.replay import ReplayBuffer
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 
 @dataclass

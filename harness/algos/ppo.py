@@ -43,7 +43,7 @@ from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
 from harness.algos.vtrace import vtrace
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.transfer import HostToDevice
-from harness.packing import leaf_tensors
+from harness.core.packing import leaf_tensors
 
 
 class ReplayBuffer:

@@ -23,7 +23,7 @@ from harness.algos.nets import Bounds, mlp
 from harness.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from harness.algos.optim import adam, step
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, ranged
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from harness.packing import leaf_tensors
+from harness.core.packing import leaf_tensors
 
 
 class _Slot:

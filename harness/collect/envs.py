@@ -15,7 +15,7 @@ import torch
 
 from harness.collect import pixels
 from harness.collect.watchdog import StepWatchdog, watchdog
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 log = logging.getLogger("harness")
 MUJOCO_HINT = "pip install -e '.[mujoco]'  (or: .venv/bin/pip install 'gymnasium[mujoco]')"

@@ -18,7 +18,7 @@ A batch is one message of the data channel:
   ``collector_restarts`` and ``frames_lost``: worker processes of this
   collector replaced since its previous batch, and the frames their
   unfinished batches held (:mod:`harness.roles.supervisor`); ``joined``: 1
-  on the batches of a collector that joined the running job (:mod:`harness.join`).
+  on the batches of a collector that joined the running job (:mod:`harness.cli.join`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tensordict import TensorDict
 
 from harness.algos.base import Policy
 from harness.collect.envs import reports_games, spec_of, to_tensor
-from harness.packing import buffer_of, pack
+from harness.core.packing import buffer_of, pack
 from harness.sync.contract import Header
 
 STATS = (

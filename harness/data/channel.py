@@ -1,6 +1,6 @@
 """The data channel: collectors' batches to their trainer.
 
-Each batch is one packed buffer (see :mod:`harness.packing`) sent point to
+Each batch is one packed buffer (see :mod:`harness.core.packing`) sent point to
 point on a Gloo group that only this channel uses. The trainer receives into
 one preallocated buffer per collector, so nothing is pickled or allocated per
 batch. Back-pressure is built in: a collector's send completes only when its
@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from harness.core.packing import buffer_of, pack, schema
 from harness.distributed.handshake import check_schema
 from harness.distributed.waits import Wait
-from harness.packing import buffer_of, pack, schema
 
 POLL_S = (0.0005, 0.008)  # the shortest and longest pause between calls of a send's while_waiting
 

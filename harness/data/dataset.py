@@ -53,7 +53,7 @@ def open_storage(path: str | Path, read_only: bool = False) -> TensorDict:
     copy-on-write from files opened for reading, so nothing that reads the
     dataset can change a byte of it, nor grow a file (a shared mapping of a
     file shorter than its tensor extends the file); else shared, for the
-    writers of :mod:`harness.write_dataset`."""
+    writers of :mod:`harness.cli.dataset`."""
     return TensorDict.load_memmap(str(Path(path) / "data"), allow_pickle=False, mode="r" if read_only else None)
 
 
@@ -100,7 +100,7 @@ def check_sizes(path: Path, meta: Meta) -> None:
             raise DatasetError(
                 f"{file} holds {size:,} bytes, but {expected:,} are expected ({meta.transitions} transitions of "
                 f"{shape[1:]} {name.removeprefix('torch.')}, as meta.json and data/meta.json say): it was cut "
-                "short or written over. Nothing was changed; write the dataset again (python -m harness.write_dataset)"
+                "short or written over. Nothing was changed; write the dataset again (python -m harness.cli.dataset)"
             )
 
 
@@ -123,7 +123,7 @@ def refuse_non_tensors(path: Path) -> None:
         raise DatasetError(
             f"dataset {path} holds {file.relative_to(path)}, which is not a tensor (a pickled field, or a class to "
             "import). The harness never unpickles a dataset, since that can run code: write the dataset again "
-            "with python -m harness.write_dataset, from tensors only"
+            "with python -m harness.cli.dataset, from tensors only"
         )
 
 
@@ -160,7 +160,7 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
     if not path.exists():
         raise DatasetError(
             f"dataset {path} does not exist (nothing is downloaded). Write one with "
-            f"`python -m harness.write_dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
+            f"`python -m harness.cli.dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
             "for a Minari dataset already on this machine"
         )
     if not (path / "meta.json").exists():

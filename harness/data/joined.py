@@ -1,4 +1,4 @@
-"""Batches from collectors that joined a running job (``topology.join_port``; :mod:`harness.join`).
+"""Batches from collectors that joined a running job (``topology.join_port``; :mod:`harness.cli.join`).
 
 The job's process groups are fixed when it starts, so a collector of another
 launch cannot enter them. Trainer 0 keeps a TCP store on the join port
@@ -26,8 +26,8 @@ from typing import cast
 import torch.distributed as dist
 from tensordict import TensorDict
 
+from harness.core.packing import buffer_of, pack, schema
 from harness.data.channel import ChannelError, send_while
-from harness.packing import buffer_of, pack, schema
 
 log = logging.getLogger("harness")
 PREFIX = "harness/join/"

@@ -29,7 +29,7 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
         raise DatasetError(
             f"Minari dataset {dataset_id!r} is not on this machine (looked in {where}; nothing is downloaded). "
             f"On a machine with network access run `minari download {dataset_id}` and copy the directory here "
-            "(or point MINARI_DATASETS_PATH at it), or write a dataset with `python -m harness.write_dataset`"
+            "(or point MINARI_DATASETS_PATH at it), or write a dataset with `python -m harness.cli.dataset`"
         )
     dataset = minari.load_dataset(dataset_id)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in FIELDS}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from harness.packing import first_difference
+from harness.core.packing import first_difference
 
 
 class HandshakeError(RuntimeError):

@@ -31,7 +31,7 @@ class RolloutStats:
     env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
     collector_restarts: float = 0.0  # collectors' worker processes replaced (collector.max_restarts)
     frames_lost: float = 0.0  # frames of the batches those workers left unfinished
-    joined_frames: float = 0.0  # frames kept from collectors that joined the running job (harness.join)
+    joined_frames: float = 0.0  # frames kept from collectors that joined the running job (harness.cli.join)
     collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
     collector_wait_s: float = 0.0  # collectors' seconds waiting before them (for a trainer, or a version)
     trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches

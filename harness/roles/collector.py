@@ -15,11 +15,11 @@ from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed, video_schedule
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config
+from harness.core.specs import EnvSpec
 from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
-from harness.specs import EnvSpec
 from harness.sync import WeightSubscriber, make_subscriber
 
 REPLACEMENT_SEED = 1_000_003  # a replaced worker's seeds move this far per replacement: new episodes, new actions

@@ -18,12 +18,12 @@ from harness.collect.envs import env_spec
 from harness.collect.evaluate import Evaluation, eval_seed, video_schedule
 from harness.collect.rollout import STATS
 from harness.config import Config
+from harness.core.packing import pack
 from harness.data.channel import BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.stats import EvalResult
-from harness.packing import pack
 from harness.sync import Header, WeightSubscriber, make_subscriber
 
 
@@ -50,7 +50,7 @@ def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Eva
 def evaluate_final(cfg: Config, algo: Algorithm, header: Header) -> EvalResult:
     """The weights an online run ends with, evaluated in trainer 0's process
     on the first evaluator's episodes (those of its periodic evaluations and
-    of ``harness.evaluate``): the run's last row scores what it hands over,
+    of ``harness.cli.evaluate``): the run's last row scores what it hands over,
     whatever ``eval.every_frames`` is. A CPU copy, wherever the trainer learns."""
     models = type(algo).make_models(cfg.algo, algo.spec)
     for name, model in algo.published_models().items():

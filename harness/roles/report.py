@@ -99,7 +99,7 @@ def summary(
     plot = ROOT / "scripts" / "plot.sh"
     if plot.exists():  # a checkout's, not an installed package's
         lines.append(f"  plot:     {shlex.quote(str(plot))} {where} --out {shlex.quote(str(run_dir / 'curves.png'))}")
-    lines.append(f"  evaluate: {shlex.quote(python())} -m harness.evaluate {where}")
+    lines.append(f"  evaluate: {shlex.quote(python())} -m harness.cli.evaluate {where}")
     if finished:
         budget = "algo.gradient_steps" if offline else "collector.total_frames"
         lines.append(f"  train on: {resume_hint(run_dir, run_name)} {budget}={2 * total}")

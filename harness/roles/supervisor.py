@@ -46,14 +46,14 @@ from tensordict import TensorDict
 from harness.algos import algorithm_for
 from harness.collect.watchdog import HUNG_EXIT
 from harness.config import Config
+from harness.core.packing import schema
+from harness.core.specs import EnvSpec
 from harness.data.channel import POLL_S, BatchSender
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
-from harness.packing import schema
 from harness.roles import worker
 from harness.roles.collector import evaluates
-from harness.specs import EnvSpec
 from harness.sync import make_subscriber
 from harness.sync.endpoints import Subscriber
 from harness.sync.shared_memory import ShmSink

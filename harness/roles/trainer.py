@@ -25,12 +25,12 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from harness import checkpoint
 from harness.algos import Algorithm, algorithm_for
 from harness.algos.devices import check_devices
 from harness.algos.offline import OfflineAlgorithm
 from harness.collect.envs import env_spec
 from harness.config import Config
+from harness.core import checkpoint
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.setup import Groups
@@ -42,7 +42,7 @@ from harness.roles import loops, report
 from harness.roles.evaluator import evaluate_final
 from harness.roles.rows import RowClock
 from harness.roles.sources import connect
-from harness.roles.state import Progress, TrainerState
+from harness.runs.state import Progress, TrainerState
 from harness.sync import Header
 
 log = logging.getLogger("harness")

@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness.core.packing import leaf_tensors
 from harness.distributed.handshake import check_schema
 from harness.distributed.waits import Wait
-from harness.packing import leaf_tensors
 from harness.sync.contract import Endpoint, Header, Sink, Source, SyncError, WeightPublisher, WeightSubscriber
 from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
 

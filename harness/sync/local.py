@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
+from harness.core.packing import first_difference
 from harness.distributed.waits import Wait
-from harness.packing import first_difference
 from harness.sync.contract import Endpoint, Header, SyncError, WeightPublisher, WeightSubscriber
 from harness.sync.payload import Payload, weights_of
 

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from harness.packing import buffer_of, flat_region, pack, schema
+from harness.core.packing import buffer_of, flat_region, pack, schema
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Weights through a key of a TCP store: the transport of collectors that joined a running job.
 
-Collectors of another launch (:mod:`harness.join`) are in none of the job's
+Collectors of another launch (:mod:`harness.cli.join`) are in none of the job's
 process groups, so no collective can reach them, and none must wait on them.
 Trainer 0 writes every publish, header included, as one value of its join
 store (:class:`StoreSink`), then the version under a second key; a joined

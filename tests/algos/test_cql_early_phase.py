@@ -15,7 +15,7 @@ from tensordict import TensorDict
 
 from harness.algos.cql import CQL
 from harness.collect.envs import env_spec
-from harness.specs import EnvSpec
+from harness.core.specs import EnvSpec
 
 STEPS = 1000  # the old settings fell to -16 by 500 steps and -80 by 1,000
 

@@ -1,6 +1,6 @@
 """Reading a dataset never writes to it: damaged ones are refused before any
 memory map is made, and what is mapped is read-only. Real datasets, written by
-``harness.write_dataset``, compared by hash before and after."""
+``harness.cli.dataset``, compared by hash before and after."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ OBS_BYTES = 2000 * 3 * 4  # 2,000 Pendulum transitions of 3 float32s
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("written")
-    done = run_harness(["env=pendulum", "out=ds", "frames=2000"], where, module="harness.write_dataset")
+    done = run_harness(["env=pendulum", "out=ds", "frames=2000"], where, module="harness.cli.dataset")
     assert done.returncode == 0, done.stderr[-3000:]
     assert (where / "ds/data/obs.memmap").stat().st_size == OBS_BYTES
     return where / "ds"

@@ -10,18 +10,18 @@ import torch
 from helpers import compose_config
 from omegaconf import OmegaConf
 
-from harness import checkpoint
 from harness.algos import ALGOS
 from harness.algos.base import NormalizedPolicy
 from harness.algos.normalize import ObsNormalizer, RewardScaler
 from harness.algos.ppo import PPOConfig
+from harness.cli.policies import load_policy
 from harness.collect.envs import env_spec
 from harness.collect.rollout import batch_template
-from harness.distributed.spawn import run_ranks
+from harness.core import checkpoint
 from harness.distributed.topology import Layout
-from harness.policies import load_policy
 from harness.roles.sources import InlineCollector, connect
 from harness.sync import Header
+from harness.testing.spawn import run_ranks
 
 PENDULUM = env_spec("Pendulum-v1")
 NORMALIZED = ("env=pendulum", "debug=tiny", "algo.normalize_obs=true", "algo.normalize_reward=true")
@@ -125,7 +125,7 @@ def test_a_checkpoint_keeps_the_statistics_and_evaluation_acts_through_them(tmp_
         assert torch.equal(value, again.obs_norm.state_dict()[key]), key
     if name == "ppo":
         assert torch.equal(algo.reward_scaler.return_stats.var, again.reward_scaler.return_stats.var)
-    policy, _, _ = load_policy(str(tmp_path), "Pendulum-v1")  # what harness.evaluate and write_dataset act with
+    policy, _, _ = load_policy(str(tmp_path), "Pendulum-v1")  # what harness.cli.evaluate and write_dataset act with
     assert isinstance(policy, NormalizedPolicy) and torch.equal(policy.obs_norm.mean, algo.obs_norm.mean)
 
 

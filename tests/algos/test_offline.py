@@ -16,22 +16,22 @@ import torch
 from helpers import run_harness
 from tensordict import TensorDict
 
-from harness import checkpoint
 from harness.algos import algorithm_for, offline
 from harness.algos.cql import CQL, CQLConfig, cql_penalty
 from harness.algos.iql import IQL, IQLConfig, expectile_loss
 from harness.algos.nets import PixelEncoder
 from harness.collect.envs import env_spec
+from harness.core import checkpoint
 from harness.data import dataset
 from harness.roles.loops import publish_due
-from harness.roles.state import Progress, TrainerState
+from harness.runs.state import Progress, TrainerState
 
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 MINATAR = "harness/MinAtar-Breakout-v1"
 
 
 def write_dataset(args: list[str], cwd, nproc: int = 1) -> subprocess.CompletedProcess:
-    return run_harness(args, cwd, nproc, module="harness.write_dataset")
+    return run_harness(args, cwd, nproc, module="harness.cli.dataset")
 
 
 def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
@@ -75,7 +75,7 @@ def test_dataset_for_another_env_is_refused(tmp_path):
 
 @pytest.mark.unit
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
-    with pytest.raises(dataset.DatasetError, match=r"does not exist.*python -m harness.write_dataset"):
+    with pytest.raises(dataset.DatasetError, match=r"does not exist.*python -m harness.cli.dataset"):
         dataset.load(tmp_path / "nowhere")
     storage = dataset.allocate(tmp_path / "half", random_transitions(1)[0], 10)  # a write that never finished
     assert storage.shape == (10,)

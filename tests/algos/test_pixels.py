@@ -15,8 +15,8 @@ from harness.algos.nets import PixelEncoder
 from harness.collect.envs import env_spec, make_vec_env
 from harness.collect.pixels import ChannelsFirst
 from harness.collect.rollout import RolloutCollector, batch_template
-from harness.packing import schema
-from harness.specs import EnvSpec
+from harness.core.packing import schema
+from harness.core.specs import EnvSpec
 
 pytestmark = pytest.mark.unit
 

@@ -112,7 +112,7 @@ def test_the_collector_counts_whole_games_with_raw_returns():
 def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
     """The preset, shrunk: 1 trainer (every core, compiled) + 2 collectors, uint8 stacks on the channel, the
     Nature CNN on the trainer, games counted with raw returns, the final weights evaluated on the evaluation
-    flavour, and a game of them on video (``python -m harness.evaluate RUN video=true``)."""
+    flavour, and a game of them on video (``python -m harness.cli.evaluate RUN video=true``)."""
     args = [
         "experiment=ppo_atari",
         "collector.total_frames=1024",
@@ -132,7 +132,7 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
     assert float(table[-1]["sync/bytes"]) > 4 * 1_600_000  # the actor's Nature CNN: 1.7M float32 parameters
     assert sum(column(table, "train/episodes")) >= 1 and float(table[-1]["eval/final_return"]) >= 0
     # The run's policy replays a game on video: the emulator's colour screen, a frame per agent step.
-    shown = run_harness(["run", "episodes=1", "video=true"], tmp_path, module="harness.evaluate")
+    shown = run_harness(["run", "episodes=1", "video=true"], tmp_path, module="harness.cli.evaluate")
     assert shown.returncode == 0, shown.stderr[-3000:]
     (path,) = (tmp_path / "run" / "videos").glob("evaluate-*.mp4")
     frames = video.read_frames(path)

@@ -10,8 +10,8 @@ from helpers import CONF, column, compose_config, rows, run_harness, wait_for
 
 from harness.collect.envs import make_vec_env
 from harness.distributed.setup import init_distributed
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
+from harness.testing.spawn import run_ranks
 
 
 def job(rank, world, overrides, trainer_delay_s, run_dir):

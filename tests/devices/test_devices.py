@@ -12,15 +12,15 @@ from helpers import pendulum_frames
 from tensordict import TensorDict
 from torch import nn
 
-from harness import checkpoint
 from harness.algos import ALGOS, algorithm_for
 from harness.algos.devices import check_devices, misplaced
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
-from harness.packing import flat_region, pack, pack_parameters_
-from harness.roles.state import Progress, TrainerState
-from harness.specs import EnvSpec
+from harness.core import checkpoint
+from harness.core.packing import flat_region, pack, pack_parameters_
+from harness.core.specs import EnvSpec
+from harness.runs.state import Progress, TrainerState
 from harness.sync.nccl import watchdog_s
 from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
 

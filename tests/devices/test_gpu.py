@@ -13,7 +13,6 @@ from tensordict import TensorDict
 from test_devices import ON_A_DEVICE, built_on, update_once
 from torch import nn
 
-from harness import checkpoint
 from harness.algos import ALGOS
 from harness.algos.devices import check_devices
 from harness.algos.gae import gae
@@ -21,15 +20,16 @@ from harness.algos.normalize import RewardScaler
 from harness.algos.replay import ReplayBuffer
 from harness.algos.transfer import HostToDevice
 from harness.collect.envs import env_spec
+from harness.core import checkpoint
+from harness.core.packing import pack_parameters_
 from harness.distributed.setup import init_distributed
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
-from harness.packing import pack_parameters_
-from harness.roles.state import Progress, TrainerState
+from harness.runs.state import Progress, TrainerState
 from harness.sync import SCHEMES, Header, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import DEVICE_TO_HOST, Payload, weights_of
 from harness.sync.shared_memory import ShmSink
+from harness.testing.spawn import run_ranks
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [

@@ -14,7 +14,7 @@ import torch
 from helpers import column, compose_config, rows, wait_for
 from tensordict import TensorDict
 
-from harness.distributed.spawn import run_ranks
+from harness.testing.spawn import run_ranks
 
 pytestmark = pytest.mark.multiprocess
 

@@ -16,8 +16,8 @@ from harness.collect.envs import env_spec
 from harness.collect.rollout import batch_template
 from harness.data.channel import BatchReceiver, BatchSender, ChannelError
 from harness.distributed.setup import init_distributed, resolve_run_dir
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
+from harness.testing.spawn import run_ranks
 
 pytestmark = pytest.mark.multiprocess
 

@@ -1,4 +1,4 @@
-"""Collectors of another launch join a running job (``topology.join_port``, ``python -m harness.join``) and
+"""Collectors of another launch join a running job (``topology.join_port``, ``python -m harness.cli.join``) and
 leave it; the job learns from them meanwhile and goes on without them, its trainer never restarted."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from contextlib import ExitStack
 import pytest
 from helpers import compose_config, launch_env, launcher, rank_pid, rows, wait_for
 
-from harness.distributed import netns
-from harness.distributed.spawn import free_port
+from harness.testing import netns
+from harness.testing.spawn import free_port
 
 
 def joined_share(run_dir) -> list[float]:
@@ -64,7 +64,7 @@ def test_collectors_of_another_launch_join_a_running_job_and_leave_it(workdir, n
     try:
         wait_for(lambda: len(joined_share(workdir / "run")) >= 2, 120, "the job's first rows")
         trainer = rank_pid(job, 0)
-        join = [sys.executable, "-m", "harness.join", f"{head.address if head else '127.0.0.1'}:{port}"]
+        join = [sys.executable, "-m", "harness.cli.join", f"{head.address if head else '127.0.0.1'}:{port}"]
         logs = [workdir / f"joiner-{i}.txt" for i in range(2)]
         joiners = [
             subprocess.Popen(

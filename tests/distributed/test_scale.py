@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import launch_env, rows, run_harness
 
-from harness.distributed import netns
 from harness.sync.shm_files import PREFIX
+from harness.testing import netns
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,9 @@ from helpers import wait_for
 from harness.collect.envs import env_spec
 from harness.collect.rollout import batch_template
 from harness.data.channel import BatchReceiver, BatchSender, ChannelError
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.distributed.waits import Wait, peer_gone
+from harness.testing.spawn import run_ranks
 
 
 def said_seconds(message: str, pattern: str) -> float:

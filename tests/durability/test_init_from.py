@@ -10,11 +10,11 @@ import pytest
 import torch
 from helpers import compose_config, rows, run_harness, snapshot
 
-from harness import checkpoint
 from harness.algos import algorithm_for
-from harness.checkpoint import CheckpointMismatchError
 from harness.collect.envs import env_spec
-from harness.roles.state import initial_state
+from harness.core import checkpoint
+from harness.core.checkpoint import CheckpointMismatchError
+from harness.runs.state import initial_state
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=512"]
 

@@ -14,8 +14,9 @@ import torch
 from helpers import ROOT, rows, run_harness, snapshot
 from tensordict import TensorDict
 
-from harness import checkpoint, run_directory
+from harness.core import checkpoint
 from harness.data import dataset
+from harness.runs import directory as run_directory
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import launch_env, rank_pid, rows, run_harness, snapshot, start_harness, wait_for
 
-from harness import checkpoint
-from harness.run_lock import LOCK_NAME, RunLockError, take
+from harness.core import checkpoint
+from harness.runs.lock import LOCK_NAME, RunLockError, take
 
 TINY = ["debug=tiny", "logger.console=false"]
 # Long enough to be still training at its first checkpoint; patient enough to be paused for a while.
@@ -54,7 +54,7 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
     assert frames == list(range(256, 8193, 256))  # every frame range once: one launch wrote them
 
 
-HOLD = "import signal, sys; from pathlib import Path; from harness.run_lock import take; take(Path(sys.argv[1])); signal.pause()"
+HOLD = "import signal, sys; from pathlib import Path; from harness.runs.lock import take; take(Path(sys.argv[1])); signal.pause()"
 
 
 @pytest.mark.multiprocess

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from helpers import ROOT, compose_config, launch_env, rows, snapshot
 
-from harness import run_directory
 from harness.distributed.topology import Layout
-from harness.run_directory import LAYOUT_FILE, RunDirError, refuse_another_layout
+from harness.runs import directory as run_directory
+from harness.runs.directory import LAYOUT_FILE, RunDirError, refuse_another_layout
 
 TRAIN_SH = str(ROOT / "scripts" / "train.sh")
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_name=r"]

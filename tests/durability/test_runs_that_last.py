@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import rank_pid, rows, run_harness, snapshot, start_harness, wait_for
 
-from harness import checkpoint
+from harness.core import checkpoint
 from harness.sync.shm_files import PREFIX
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, launch_env, wait_for
 
-from harness.launch import children
+from harness.cli.launch import children
 
 pytestmark = pytest.mark.e2e
 TRAIN_SH = str(ROOT / "scripts" / "train.sh")

@@ -10,9 +10,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 from harness.algos.sac import SACConfig
-from harness.cli import explain
+from harness.cli.errors import explain
 from harness.config import CollectorConfig, Config, LoggerConfig
-from harness.config_help import field_docs, groups, settings, unknown_option, unknown_setting
+from harness.config.help import field_docs, groups, settings, unknown_option, unknown_setting
 
 pytestmark = pytest.mark.unit
 

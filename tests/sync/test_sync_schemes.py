@@ -21,13 +21,13 @@ from helpers import wait_for
 from torch import nn
 
 from harness.distributed.setup import init_distributed
-from harness.distributed.spawn import run_ranks
 from harness.distributed.topology import Layout
 from harness.sync import SCHEMES, Header, SyncError, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import Payload
 from harness.sync.shared_memory import Segment
 from harness.sync.shm_files import PREFIX, remove_stale_segments
+from harness.testing.spawn import run_ranks
 
 ONE_NODE = [0, 0, 0]
 TWO_NODES = [0, 0, 0, 1, 1]  # rank 3 leads node 1, rank 4 reads its segment

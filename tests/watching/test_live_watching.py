@@ -1,6 +1,6 @@
 """Watching a run live (docs/watching.md): the console progress on a terminal
 and in a log, Ctrl-C under a real terminal, TensorBoard, evaluation videos,
-and ``python -m harness.evaluate``."""
+and ``python -m harness.cli.evaluate``."""
 
 from __future__ import annotations
 
@@ -19,14 +19,23 @@ import pytest
 from helpers import ONE_THREAD, column, launch_env, rows, run_harness, wait_for
 from terminal import Terminal
 
-from harness import checkpoint
+from harness.core import checkpoint
 from harness.distributed import signals
 from harness.metrics.console import ProgressBar, ProgressLines, clock, make_console
 
 TINY = ["debug=tiny"]  # 1024 frames, a row every 256
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colours, erase-line, cursor show/hide
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # any control character but tab and newline
-LAUNCH = [sys.executable, "-m", "harness.launch", "--standalone", "--nproc_per_node=3", "--max-restarts=0", "-m", "harness.train"]
+LAUNCH = [
+    sys.executable,
+    "-m",
+    "harness.cli.launch",
+    "--standalone",
+    "--nproc_per_node=3",
+    "--max-restarts=0",
+    "-m",
+    "harness.train",
+]
 
 
 @contextmanager
@@ -180,7 +189,7 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
 
 @pytest.mark.e2e
 def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(workdir):
-    """The launch of scripts/train.sh (harness.launch, 1 trainer + 2 collectors) on a terminal."""
+    """The launch of scripts/train.sh (harness.cli.launch, 1 trainer + 2 collectors) on a terminal."""
     run_dir = workdir / "run"
     command = [*LAUNCH, *TINY, "collector.total_frames=100000000", "checkpoint.every_frames=0", "run_dir=run"]
 
@@ -266,7 +275,7 @@ def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
     assert scalars["train/episode_return"][:2] == first_run[:2]
 
 
-# -- evaluation videos, python -m harness.evaluate -----------------------------------------------------------
+# -- evaluation videos, python -m harness.cli.evaluate -----------------------------------------------------------
 
 
 def decoded(path: Path) -> list[np.ndarray]:
@@ -315,7 +324,12 @@ def test_videos_without_the_extra_fail_at_start_up_saying_what_to_install(monkey
 
 def evaluate(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "harness.evaluate", *args], cwd=cwd, env=launch_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "harness.cli.evaluate", *args],
+        cwd=cwd,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -328,7 +342,7 @@ def printed_mean(out: subprocess.CompletedProcess) -> str:
 @pytest.mark.e2e
 def test_evaluate_replays_the_runs_evaluations(evaluated_run, workdir):
     """The collector's last evaluation played the weights of 768 frames, and the trainer the
-    final weights of 1,024, both checkpointed: harness.evaluate, with the run's seed and
+    final weights of 1,024, both checkpointed: harness.cli.evaluate, with the run's seed and
     episode count, plays the same episodes with them."""
     run_dir = evaluated_run.run_dir
     returns, last = evaluation_returns(run_dir), rows(run_dir)[-1]
@@ -346,7 +360,7 @@ def test_evaluate_replays_the_runs_evaluations(evaluated_run, workdir):
 
 @pytest.mark.unit
 def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
-    from harness import evaluate as evaluate_module
+    from harness.cli import evaluate as evaluate_module
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints/step-000000000512").mkdir(parents=True)
@@ -359,11 +373,11 @@ def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
         ([str(run_dir), "episodes=0"], "episodes must be at least 1"),
         ([str(run_dir), "step=1.5"], "step=1.5 is not a whole number"),
         ([str(run_dir), "video=maybe"], "video=maybe is not true or false"),
-        ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.evaluate"),
+        ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.cli.evaluate"),
         ([str(run_dir), "step=100"], "has no checkpoint at step 100; it has: [512]"),
         ([str(tmp_path)], "is not a run directory (no config.yaml)"),
         ([str(tmp_path / "started")], "started has no checkpoint yet"),
-        ([], "usage: python -m harness.evaluate RUN_DIR"),
+        ([], "usage: python -m harness.cli.evaluate RUN_DIR"),
     ):
         with pytest.raises(SystemExit) as stopped:
             evaluate_module.main(args)
@@ -373,10 +387,10 @@ def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
 @pytest.mark.e2e
 def test_evaluate_scores_the_final_checkpoint_as_the_run_logged_it(workdir):
     """An offline run's last row waits for the final weights' evaluation, so
-    ``python -m harness.evaluate RUN_DIR`` (the newest checkpoint: the final one)
+    ``python -m harness.cli.evaluate RUN_DIR`` (the newest checkpoint: the final one)
     prints the last eval/return in metrics.csv."""
     dataset = subprocess.run(
-        [sys.executable, "-m", "harness.write_dataset", "env=cartpole", "out=rand", "frames=500"],
+        [sys.executable, "-m", "harness.cli.dataset", "env=cartpole", "out=rand", "frames=500"],
         cwd=workdir,
         env=launch_env(),
         capture_output=True,

@@ -1,7 +1,7 @@
 """What a practitioner sees in the first hour (issue 30, items 8, 12, 13): the block
 that ends a run, with commands that work as written; the console's latest
 figures; the thread count that ``OMP_NUM_THREADS`` sets; ``sync=none``'s
-version gap; TensorBoard's config table; ``harness.evaluate --help``."""
+version gap; TensorBoard's config table; ``harness.cli.evaluate --help``."""
 
 from __future__ import annotations
 
@@ -167,8 +167,8 @@ def test_sync_none_shows_the_version_gap_and_warns_an_on_policy_algorithm_once(w
 def test_evaluate_help_prints_the_usage_and_exits_0(workdir):
     for args in (["--help"], ["-h"], ["runs/some-run", "--help"]):
         out = subprocess.run(
-            [sys.executable, "-m", "harness.evaluate", *args], cwd=workdir, env=launch_env(), capture_output=True, text=True
+            [sys.executable, "-m", "harness.cli.evaluate", *args], cwd=workdir, env=launch_env(), capture_output=True, text=True
         )
         assert out.returncode == 0, (args, out.stdout, out.stderr)
-        assert out.stdout.startswith("usage: python -m harness.evaluate RUN_DIR") and "episodes=N" in out.stdout, out.stdout
+        assert out.stdout.startswith("usage: python -m harness.cli.evaluate RUN_DIR") and "episodes=N" in out.stdout, out.stdout
         assert not out.stderr, out.stderr

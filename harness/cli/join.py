@@ -1,8 +1,8 @@
 """Collectors that join a running job, and leave it, without restarting it.
 
-    python -m harness.join HOST:PORT                            # one collector
-    torchrun --nproc_per_node=4 -m harness.join HOST:PORT       # four, one per process
-    srun --ntasks=16 python -m harness.join HOST:PORT           # a pool of CPU nodes for a GPU job
+    python -m harness.cli.join HOST:PORT                            # one collector
+    torchrun --nproc_per_node=4 -m harness.cli.join HOST:PORT       # four, one per process
+    srun --ntasks=16 python -m harness.cli.join HOST:PORT           # a pool of CPU nodes for a GPU job
 
 ``HOST:PORT`` is trainer 0's node and the job's ``topology.join_port``. Each
 process is one collector: it reads the job's config from the job, makes the
@@ -29,9 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.algos import ALGOS
 from harness.config import Config, load, register_configs
+from harness.core.packing import schema
 from harness.data.joined import CONFIG, COUNT, HEADER_ONLY, PREFIX, JoinedSender, answer_key, hello_key, pair_group
 from harness.distributed import signals
-from harness.packing import schema
 from harness.roles.collector import collect_loop, make_collector
 from harness.sync import Endpoint, Header, WeightSubscriber
 from harness.sync.endpoints import Subscriber
@@ -39,7 +39,7 @@ from harness.sync.store import StoreSource
 
 log = logging.getLogger("harness")
 JOINED_RANKS = 100_000  # joined collector n seeds as rank JOINED_RANKS + n: apart from every rank of the job
-USAGE = "usage: python -m harness.join HOST:PORT   (trainer 0's node and the job's topology.join_port)"
+USAGE = "usage: python -m harness.cli.join HOST:PORT   (trainer 0's node and the job's topology.join_port)"
 
 
 class Leaving(WeightSubscriber):
@@ -115,7 +115,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         join(host, int(port))
     except (RuntimeError, dist.DistStoreError) as e:
-        print(f"harness.join {host}:{port}: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"harness.cli.join {host}:{port}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     return 0
 

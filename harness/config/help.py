@@ -1,7 +1,7 @@
 """What ``--help`` says, and what a mistyped setting is told.
 
 Every config field carries its meaning as a comment where it is declared
-(``harness/config.py``, each algorithm's file); the help shows it beside the
+(``harness/config/schema.py``, each algorithm's file); the help shows it beside the
 field's value in the composition asked for, so ``algo=sac env=pendulum --help``
 lists SAC's settings with the values that command would run with.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 # Included by other configs (presets, the tuned pairs), never chosen on the command line.
 INTERNAL_GROUPS = ("common", "tuned")
 

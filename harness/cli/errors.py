@@ -3,7 +3,7 @@
 All ranks of a job compose the same config from the same command line, so a
 mistake in it is met by every rank at once. Rank 0 alone says it, in one
 message without a traceback, and every rank exits with status 2 (a usage
-error, as argparse's), which ``harness.launch`` reads to end the job without
+error, as argparse's), which ``harness.cli.launch`` reads to end the job without
 torchrun's report of "failed" ranks. A failure that is not the command's (a
 bug, a peer that died) keeps its traceback. ``HYDRA_FULL_ERROR=1`` shows a
 mistake's traceback too.
@@ -25,7 +25,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import open_dict, read_write
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
-from harness.config_help import CONF, help_text, unknown_option, unknown_setting
+from harness.config.help import CONF, help_text, unknown_option, unknown_setting
 
 USAGE_ERROR = 2
 HELP_FLAGS = ("--help", "-h")
@@ -79,7 +79,7 @@ def explain(e: BaseException) -> str:
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         return unknown_setting(cause.full_key, cause.object_type)
     if (unknown := re.match(r"Could not override '([^'.]+)'", str(e))) is not None:  # algoo=ppo: not a group or key
-        from harness.config import Config  # here: harness.launch imports this module, and needs no algorithm
+        from harness.config import Config  # here: harness.cli.launch imports this module, and needs no algorithm
 
         return unknown_setting(unknown[1], Config)
     if isinstance(cause, OmegaConfBaseException):  # seed=abc: "Error merging override seed=abc"

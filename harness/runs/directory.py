@@ -29,13 +29,13 @@ from typing import Any, cast
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from harness import checkpoint
+from harness.core import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
 from harness.distributed.topology import Layout
 from harness.metrics.flat import flat
-from harness.roles.state import check_init_from, check_resumes
-from harness.run_lock import LOCK_NAME
+from harness.runs.state import check_init_from, check_resumes
+from harness.runs.lock import LOCK_NAME
 
 # Settings a resumed run may change: how long it runs, how it is watched and
 # checkpointed, and where it computes. Anything else changes what is learned.

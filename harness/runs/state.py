@@ -11,12 +11,12 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from harness import checkpoint
+from harness.core import checkpoint
 from harness.algos import Algorithm, algorithm_for
-from harness.checkpoint import CheckpointConfig, CheckpointMismatchError
+from harness.core.checkpoint import CheckpointConfig, CheckpointMismatchError
 from harness.collect.envs import env_spec
 from harness.config import Config
-from harness.packing import first_difference
+from harness.core.packing import first_difference
 
 log = logging.getLogger("harness")
 # Statistics, not weights (checkpoint.init_with's "normalizer"): Algorithm.stateful's observation

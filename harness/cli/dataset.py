@@ -1,9 +1,9 @@
 """Write an offline dataset: roll out a behaviour policy on every rank.
 
-    python -m harness.write_dataset env=pendulum out=datasets/pendulum-random frames=50000
-    torchrun --nproc_per_node=2 -m harness.write_dataset env=pendulum out=datasets/pendulum-medium \\
+    python -m harness.cli.dataset env=pendulum out=datasets/pendulum-random frames=50000
+    torchrun --nproc_per_node=2 -m harness.cli.dataset env=pendulum out=datasets/pendulum-medium \\
         policy=runs/sac/checkpoints/step-000000006000 reference.expert_policy=runs/sac
-    python -m harness.write_dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
+    python -m harness.cli.dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
 
 ``policy`` is a checkpoint (``<run_dir>/checkpoints/step-*``) or a run
 directory (its newest checkpoint); without it actions are uniformly random.
@@ -27,8 +27,9 @@ import torch.distributed as dist
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness import cli
 from harness.algos.base import Policy
+from harness.cli import errors as cli
+from harness.cli.policies import RandomPolicy, load_policy
 from harness.collect.envs import env_spec, make_vec_env
 from harness.collect.evaluate import eval_seed, evaluate
 from harness.collect.rollout import RolloutCollector
@@ -36,7 +37,6 @@ from harness.config import EnvConfig
 from harness.data import dataset
 from harness.distributed.setup import join, shutdown_distributed
 from harness.distributed.topology import Layout
-from harness.policies import RandomPolicy, load_policy
 from harness.sync.contract import Header
 
 log = logging.getLogger("harness")
@@ -161,7 +161,7 @@ def write(cfg: DatasetConfig, layout: Layout) -> None:
 ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="write_dataset")
+@hydra.main(version_base=None, config_path="../../conf", config_name="write_dataset")
 def main(raw: DictConfig) -> None:
     with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
         cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
@@ -182,9 +182,9 @@ def main(raw: DictConfig) -> None:
 HELP = """\
 Write an offline dataset: every rank rolls out the behaviour policy (or random actions) into one dataset.
 
-  python -m harness.write_dataset env=pendulum out=datasets/pendulum-random frames=50000
-  torchrun --nproc_per_node=2 -m harness.write_dataset env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
-  python -m harness.write_dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
+  python -m harness.cli.dataset env=pendulum out=datasets/pendulum-random frames=50000
+  torchrun --nproc_per_node=2 -m harness.cli.dataset env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
+  python -m harness.cli.dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
 
 if __name__ == "__main__":
     cli.run(main, "write_dataset", HELP)

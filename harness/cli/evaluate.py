@@ -1,8 +1,8 @@
-"""Evaluate a trained run: ``python -m harness.evaluate RUN_DIR [key=value ...]``.
+"""Evaluate a trained run: ``python -m harness.cli.evaluate RUN_DIR [key=value ...]``.
 
-    python -m harness.evaluate runs/cartpole                # the newest valid checkpoint
-    python -m harness.evaluate runs/cartpole episodes=20 video=true
-    python -m harness.evaluate runs/cartpole step=100352 seed=7
+    python -m harness.cli.evaluate runs/cartpole                # the newest valid checkpoint
+    python -m harness.cli.evaluate runs/cartpole episodes=20 video=true
+    python -m harness.cli.evaluate runs/cartpole step=100352 seed=7
 
 Loads the run's newest valid checkpoint (or the one at ``step``) onto the
 CPU, wherever it was trained, runs deterministic-policy episodes and prints
@@ -23,12 +23,12 @@ from typing import Optional
 import numpy as np
 from omegaconf import OmegaConf
 
-from harness import checkpoint
+from harness.cli.policies import load_policy
 from harness.collect.evaluate import eval_seed, evaluate, make_eval_envs
+from harness.core import checkpoint
 from harness.metrics import video
-from harness.policies import load_policy
 
-USAGE = "usage: python -m harness.evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
+USAGE = "usage: python -m harness.cli.evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
 HELP = f"""{USAGE}
 
 Play deterministic-policy episodes with a run's checkpoint, on the CPU, and print the mean and
@@ -64,7 +64,7 @@ def parse(argv: list[str]) -> Options:
     for key, value in given.items():
         name = str(key)
         if name not in ("episodes", "step", "seed", "video"):
-            raise SystemExit(f"{name}= is not an option of harness.evaluate\n{USAGE}")
+            raise SystemExit(f"{name}= is not an option of harness.cli.evaluate\n{USAGE}")
         setattr(options, name, _checked(name, value))
     if not (options.run_dir / "config.yaml").exists():
         raise SystemExit(f"{options.run_dir} is not a run directory (no config.yaml)\n{USAGE}")

@@ -1,6 +1,6 @@
-"""torchrun with Ctrl-C as people expect it: ``python -m harness.launch [torchrun arguments]``.
+"""torchrun with Ctrl-C as people expect it: ``python -m harness.cli.launch [torchrun arguments]``.
 
-    python -m harness.launch --standalone --nproc_per_node=3 -m harness.train [overrides]
+    python -m harness.cli.launch --standalone --nproc_per_node=3 -m harness.train [overrides]
 
 It is torchrun (the same arguments, the same agent), except for SIGINT.
 torchrun starts its workers in sessions of their own, so a terminal's Ctrl-C
@@ -108,7 +108,7 @@ def single_process(argv: list[str]) -> list[str] | None:
     print (``--help``, ``--cfg job``): once, at once. None: launch the job."""
     from torch.distributed.run import get_args_parser
 
-    from harness.cli import HELP_FLAGS, PRINTING_FLAGS
+    from harness.cli.errors import HELP_FLAGS, PRINTING_FLAGS
 
     args = get_args_parser().parse_args(argv)
     printing = any(a in HELP_FLAGS + PRINTING_FLAGS for a in args.training_script_args)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
 
-    from harness.cli import USAGE_ERROR
+    from harness.cli.errors import USAGE_ERROR
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_sigint)

@@ -11,11 +11,11 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from harness import checkpoint
 from harness.algos import ALGOS, algorithm_for
 from harness.algos.base import AlgoConfig, Policy
 from harness.collect.envs import env_spec
-from harness.specs import EnvSpec
+from harness.core import checkpoint
+from harness.core.specs import EnvSpec
 
 
 class RandomPolicy(Policy):

@@ -15,12 +15,12 @@ from typing import Any, Optional, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness import resolvers
 from harness.algos import ALGOS, algorithm_for, check_observations
 from harness.algos.offpolicy import OffPolicyConfig
-from harness.checkpoint import CheckpointConfig
 from harness.collect.config import CollectorConfig
 from harness.collect.envs import check_env_id, env_spec
+from harness.config import resolvers
+from harness.core.checkpoint import CheckpointConfig
 from harness.distributed.placement import check_placement
 from harness.metrics.video import check_video_support
 from harness.sync import SCHEMES
@@ -32,7 +32,7 @@ class TopologyConfig:
     """Which ranks do what."""
 
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
-    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.join HOST:PORT) while it
+    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.cli.join HOST:PORT) while it
     # runs; async mode, one trainer (docs/scaling.md)
     join_port: int = 0
 
@@ -131,7 +131,7 @@ class Config:
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
-    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.write_dataset) or minari:<id>
+    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
 
     def __post_init__(self) -> None:
         self._check_dataset()
@@ -197,7 +197,7 @@ class Config:
         if offline and not self.dataset:
             raise ValueError(
                 f"algo={self.algo.name} learns from a dataset: add dataset=<path>. Write one with "
-                f"`python -m harness.write_dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
+                f"`python -m harness.cli.dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
             )
         if not offline and self.dataset:
             raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
@@ -242,7 +242,7 @@ def check_known_keys(cfg: DictConfig, typed: Config) -> None:
     if unknown:
         hints = [f"{k} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(k, known, n=1)) else k for k in unknown]
         raise ValueError(
-            f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config.py "
+            f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config/schema.py "
             "or its algorithm's file; check the spelling, and drop a leading +"
         )
 
