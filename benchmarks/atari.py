@@ -65,7 +65,15 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
 
     game = env_id.split("Atari-")[1].split("-v")[0].lower()  # harness/Atari-Breakout-v5 -> breakout
     ale = {
-        n: AtariVectorEnv(game, envs_n, num_threads=n, episodic_life=True, reward_clipping=True, use_fire_reset=True, noop_max=30)
+        n: AtariVectorEnv(
+            game,
+            envs_n,
+            num_threads=n,
+            episodic_life=True,
+            reward_clipping=True,
+            use_fire_reset=True,
+            noop_max=30,
+        )
         for n in (1, 2)
     }
     for vector in ale.values():
@@ -101,12 +109,16 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
     envs.close()
     for vector in ale.values():
         vector.close()
-    row = {f"{name}_frames_per_s": steps * envs_n / statistics.median(t) for name, t in times.items()}
+    row = {
+        f"{name}_frames_per_s": steps * envs_n / statistics.median(t) for name, t in times.items()
+    }
     row["collector_vs_loop"] = row["collector_frames_per_s"] / row["loop_frames_per_s"]
     batch = collector.batch
     frames = batch["rollout"].numel()
     obs_bytes = batch["rollout", "obs"].nbytes + batch["next_obs"].nbytes
-    row["bytes_per_frame"] = buffer_of(batch).nbytes / frames  # the packed buffer the data channel sends
+    row["bytes_per_frame"] = (
+        buffer_of(batch).nbytes / frames
+    )  # the packed buffer the data channel sends
     row["bytes_per_frame_float32_obs"] = row["bytes_per_frame"] + 3 * obs_bytes / frames
     return row
 
@@ -118,22 +130,33 @@ def job(collectors: int, frames: int, env: str) -> float:
         f"collector.total_frames={frames}",
         f"logger.log_every_frames={frames // 5}",
     ]
-    return statistics.median(float(r["collect/frames_per_s"]) for r in run_job(collectors + 1, overrides))
+    return statistics.median(
+        float(r["collect/frames_per_s"]) for r in run_job(collectors + 1, overrides)
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env", default="harness/Atari-Breakout-v5")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=128, help="vector steps a round")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--job-frames", type=int, default=12_288, help="frames a job runs (0: no job)")
+    parser.add_argument(
+        "--job-frames", type=int, default=12_288, help="frames a job runs (0: no job)"
+    )
     parser.add_argument("--json", help="write the row here")
     args = parser.parse_args()
-    row: dict[str, Any] = {"env": args.env, **in_process(args.env, args.envs, args.steps, args.rounds)}
+    row: dict[str, Any] = {
+        "env": args.env,
+        **in_process(args.env, args.envs, args.steps, args.rounds),
+    }
     if args.job_frames:
         for collectors in (1, 2):
-            row[f"job_{collectors}_collectors_frames_per_s"] = job(collectors, args.job_frames, "breakout")
+            row[f"job_{collectors}_collectors_frames_per_s"] = job(
+                collectors, args.job_frames, "breakout"
+            )
     for key, value in row.items():
         print(f"{key:>36}: {value:.4g}" if isinstance(value, float) else f"{key:>36}: {value}")
     if args.json:

@@ -55,7 +55,9 @@ def window_mean(episodes: list[tuple[int, float]], end: int, window: int) -> flo
     return statistics.mean(returns) if returns else float("nan")
 
 
-def run_harness(seed: int, frames: int, window: int, overrides: list[str], keep: Path | None) -> dict[str, Any]:
+def run_harness(
+    seed: int, frames: int, window: int, overrides: list[str], keep: Path | None
+) -> dict[str, Any]:
     start = time.perf_counter()
     rows = run_job(  # its rows after the first, which holds start-up; the half and the end are among them
         3,
@@ -82,9 +84,17 @@ def run_harness(seed: int, frames: int, window: int, overrides: list[str], keep:
     }
 
 
-def run_cleanrl(python: str, script: str, seed: int, frames: int, window: int, keep: Path | None) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH")}
-    with tempfile.TemporaryDirectory() as tmp:  # it writes runs/ (tensorboard) into its working directory
+def run_cleanrl(
+    python: str, script: str, seed: int, frames: int, window: int, keep: Path | None
+) -> dict[str, Any]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH")
+    }
+    with (
+        tempfile.TemporaryDirectory() as tmp
+    ):  # it writes runs/ (tensorboard) into its working directory
         cmd = [python, script, "--seed", str(seed), "--total-timesteps", str(frames)]
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
@@ -110,11 +120,15 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
     ends = [r["return_end"] for r in runs]
     return {k: statistics.median(r[k] for r in runs) for k in keys} | {
         "return_end_mean": statistics.mean(ends),
-        "return_end_sd": statistics.stdev(ends) if len(ends) > 1 else 0.0,  # the seeds' spread (n - 1)
+        "return_end_sd": statistics.stdev(ends)
+        if len(ends) > 1
+        else 0.0,  # the seeds' spread (n - 1)
     }
 
 
-def report(runs: dict[str, list[dict[str, Any]]], frames: int, window: int, overrides: list[str]) -> dict[str, Any]:
+def report(
+    runs: dict[str, list[dict[str, Any]]], frames: int, window: int, overrides: list[str]
+) -> dict[str, Any]:
     """Every run and each side's summary, printed with the ratio of frames/s."""
     summaries = {side: summary(side_runs) for side, side_runs in runs.items()}
     for side, s in summaries.items():
@@ -128,7 +142,13 @@ def report(runs: dict[str, list[dict[str, Any]]], frames: int, window: int, over
         f"return at {frames:,} frames, mean ± sd over {len(runs['harness'])} and {len(runs['cleanrl'])} seeds: "
         f"harness {h['return_end_mean']:.1f} ± {h['return_end_sd']:.1f}, CleanRL {c['return_end_mean']:.1f} ± {c['return_end_sd']:.1f}"
     )
-    return {"frames": frames, "window": window, "overrides": overrides, "runs": runs, "summary": summaries}
+    return {
+        "frames": frames,
+        "window": window,
+        "overrides": overrides,
+        "runs": runs,
+        "summary": summaries,
+    }
 
 
 def merged(paths: list[str]) -> dict[str, Any]:
@@ -136,22 +156,39 @@ def merged(paths: list[str]) -> dict[str, Any]:
     parts = [json.loads(Path(p).read_text()) for p in paths]
     settings = {(r["frames"], r["window"], tuple(r["overrides"])) for r in parts}
     if len(settings) != 1:
-        raise SystemExit(f"--merge: the files ran different frames, windows or overrides: {sorted(settings)}")
-    runs = {side: [run for r in parts for run in r["runs"][side]] for side in ("harness", "cleanrl")}
+        raise SystemExit(
+            f"--merge: the files ran different frames, windows or overrides: {sorted(settings)}"
+        )
+    runs = {
+        side: [run for r in parts for run in r["runs"][side]] for side in ("harness", "cleanrl")
+    }
     return report(runs, parts[0]["frames"], parts[0]["window"], parts[0]["overrides"])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--python", help="the Python of CleanRL's environment")
     parser.add_argument("--script", help="CleanRL's ppo_atari_envpool.py")
-    parser.add_argument("--frames", type=int, default=307_200, help="agent steps per run (a multiple of 1024)")
-    parser.add_argument("--window", type=int, default=20_480, help="frames whose episodes make a return")
+    parser.add_argument(
+        "--frames", type=int, default=307_200, help="agent steps per run (a multiple of 1024)"
+    )
+    parser.add_argument(
+        "--window", type=int, default=20_480, help="frames whose episodes make a return"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job")
+    parser.add_argument(
+        "--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job"
+    )
     parser.add_argument("--json", help="write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep each run's metrics here (<side>/seed-N)")
-    parser.add_argument("--merge", nargs="+", metavar="JSON", help="run nothing: report the runs of these --json files")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: report the runs of these --json files",
+    )
     args = parser.parse_args()
     if args.merge:
         result = merged(args.merge)
@@ -159,13 +196,17 @@ def main() -> None:
         if not (args.python and args.script):
             parser.error("--python and --script are required unless --merge")
         if args.frames % 1024 or args.frames % (2 * args.window):
-            parser.error("--frames must be a multiple of 1024 (a round of both) and of 2 x --window")
+            parser.error(
+                "--frames must be a multiple of 1024 (a round of both) and of 2 x --window"
+            )
         runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
         for seed in args.seeds:
             harness = run_harness(seed, args.frames, args.window, args.harness_overrides, args.keep)
             runs["harness"].append({"seed": seed, **harness})
             print("harness", runs["harness"][-1], flush=True)
-            cleanrl = run_cleanrl(args.python, args.script, seed, args.frames, args.window, args.keep)
+            cleanrl = run_cleanrl(
+                args.python, args.script, seed, args.frames, args.window, args.keep
+            )
             runs["cleanrl"].append({"seed": seed, **cleanrl})
             print("cleanrl", runs["cleanrl"][-1], flush=True)
         result = report(runs, args.frames, args.window, args.harness_overrides)

@@ -91,7 +91,9 @@ def bare(env_id: str, frames: int) -> tuple[float, float]:
     return frames / (time.perf_counter() - start), frames / (time.process_time() - cpu)
 
 
-def collector_job(rank: int, world: int, env_id: str, batches: int) -> list[tuple[float, float]] | None:
+def collector_job(
+    rank: int, world: int, env_id: str, batches: int
+) -> list[tuple[float, float]] | None:
     """Rank 1 runs the bare loop, then a real collector, then the bare loop
     again, in one process: the reference is measured next to the collector.
     Each: (frames per wall-clock second, frames per CPU second of the process)."""
@@ -115,14 +117,22 @@ def collector_job(rank: int, world: int, env_id: str, batches: int) -> list[tupl
         run_collector(cfg, layout, groups)
         (wall, cpu), (wall_end, cpu_end) = sent[0], sent[-1]
         frames = (len(sent) - 1) * NUM_ENVS * STEPS
-        return [before, (frames / (wall_end - wall), frames / (cpu_end - cpu)), bare(env_id, batches * NUM_ENVS * STEPS)]
+        return [
+            before,
+            (frames / (wall_end - wall), frames / (cpu_end - cpu)),
+            bare(env_id, batches * NUM_ENVS * STEPS),
+        ]
     policy = PPO.make_policy(cfg.algo, spec_of(make_vec_env(cfg.env.id, 1)))
     publisher = make_publisher(cfg.sync, 0, groups)
     publisher.connect({"policy": policy})
     from harness.collect.rollout import batch_template
 
     receiver = BatchReceiver(
-        groups.data, 0, [1], batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS), 60
+        groups.data,
+        0,
+        [1],
+        batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS),
+        60,
     )
     publisher.publish(Header(0))
     for _ in range(batches + 1):  # the first batch includes start-up
@@ -154,10 +164,14 @@ def end_to_end(collectors: int, frames: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--frames", type=int, default=20_480, help="frames per measurement")
-    parser.add_argument("--repeats", type=int, default=7, help="bare/collector/bare runs; medians reported")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="bare/collector/bare runs; medians reported"
+    )
     parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end PPO runs")
     args = parser.parse_args()
@@ -168,14 +182,23 @@ def main() -> None:
         except ValueError as e:
             print(f"skipping {env_id}: {e}")
             continue
-        runs: list[list[tuple[float, float]]] = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
-        for _ in range(args.repeats):  # bare, collector, bare in one process: drift on a noisy machine hits both alike
-            result = run_ranks(collector_job, 2, env_id, args.frames // (NUM_ENVS * STEPS), timeout=600)
+        runs: list[
+            list[tuple[float, float]]
+        ] = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
+        for _ in range(
+            args.repeats
+        ):  # bare, collector, bare in one process: drift on a noisy machine hits both alike
+            result = run_ranks(
+                collector_job, 2, env_id, args.frames // (NUM_ENVS * STEPS), timeout=600
+            )
             if {status for status, _ in result.values()} != {"ok"}:
                 raise RuntimeError(result)
             runs.append(cast(list[tuple[float, float]], result[1][1]))
         ratio = {
-            clock: statistics.median(c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs) for clock in (0, 1)
+            clock: statistics.median(
+                c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs
+            )
+            for clock in (0, 1)
         }
         rows += [
             {
@@ -198,8 +221,16 @@ def main() -> None:
         )
     for collectors in () if args.no_e2e else (1, 2):
         fps = end_to_end(collectors, 102_400)
-        rows.append({"case": f"e2e/{collectors}_collector{'s' if collectors > 1 else ''}", "frames_per_s": fps})
-        print(f"end to end, PPO CartPole-v1, {collectors} collector(s): {fps:,.0f} frames/s", flush=True)
+        rows.append(
+            {
+                "case": f"e2e/{collectors}_collector{'s' if collectors > 1 else ''}",
+                "frames_per_s": fps,
+            }
+        )
+        print(
+            f"end to end, PPO CartPole-v1, {collectors} collector(s): {fps:,.0f} frames/s",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

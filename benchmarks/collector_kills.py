@@ -69,7 +69,9 @@ def worker_of(rank: int, launcher: int) -> int | None:
 
 def threshold_met(job: str, rows: list[dict[str, str]]) -> bool:
     if job == "default":
-        return any(r["train/episode_return"] and float(r["train/episode_return"]) >= 475 for r in rows)
+        return any(
+            r["train/episode_return"] and float(r["train/episode_return"]) >= 475 for r in rows
+        )
     evals = [float(r["eval/return"]) for r in rows if r.get("eval/return")]
     return bool(evals) and evals[-1] >= -200
 
@@ -82,11 +84,15 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
             overrides.append(f"collector.max_restarts={args.max_restarts}")
         cmd = job_command(1 + collectors, overrides, f"{tmp}/run")
         env = job_env()
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         lines: list[tuple[float, str]] = []
         output = proc.stdout
         assert output is not None  # stdout=PIPE
-        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), line) for line in output), daemon=True)
+        reader = threading.Thread(
+            target=lambda: lines.extend((time.monotonic(), line) for line in output), daemon=True
+        )
         reader.start()
         kills: list[tuple[float, int]] = []
         start, rank = time.monotonic(), 1
@@ -100,7 +106,9 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
                 rank = rank % collectors + 1
         reader.join(10)
         if proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{''.join(line for _, line in lines[-400:])}")
+            raise RuntimeError(
+                f"{' '.join(cmd)} failed:\n{''.join(line for _, line in lines[-400:])}"
+            )
         with open(f"{tmp}/run/metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
     latencies = []
@@ -119,18 +127,28 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
         "threshold_met": threshold_met(job, rows),
         "last_return": last.get("eval/return") or last["train/episode_return"],
         "kills": len(kills),
-        "restarts": sum(float(r["collect/collector_restarts"] or 0) for r in rows if "collect/collector_restarts" in r),
-        "frames_lost": sum(float(r["collect/frames_lost"] or 0) for r in rows if "collect/frames_lost" in r),
+        "restarts": sum(
+            float(r["collect/collector_restarts"] or 0)
+            for r in rows
+            if "collect/collector_restarts" in r
+        ),
+        "frames_lost": sum(
+            float(r["collect/frames_lost"] or 0) for r in rows if "collect/frames_lost" in r
+        ),
         "replaced_s": latencies,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--every", type=float, default=20.0, help="seconds between kills")
-    parser.add_argument("--max-restarts", type=int, default=20, help="collector.max_restarts (per collector)")
+    parser.add_argument(
+        "--max-restarts", type=int, default=20, help="collector.max_restarts (per collector)"
+    )
     parser.add_argument("--json", help="write every launch's result here")
     args = parser.parse_args()
     results = []
@@ -140,7 +158,9 @@ def main() -> None:
                 result = launch(job, variant, seed, args)
                 results.append(result)
                 print(json.dumps(result), flush=True)
-    print("\n| job | variant | frames/s (median over seeds) | threshold met | kills | restarts | replaced in (median s) |")
+    print(
+        "\n| job | variant | frames/s (median over seeds) | threshold met | kills | restarts | replaced in (median s) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for job in args.jobs:
         for variant in JOBS[job]["variants"]:

@@ -17,7 +17,15 @@ def job_command(nproc: int, overrides: list[str], run_dir: str) -> list[str]:
     """``torchrun ... -m harness.train`` of this checkout with ``overrides``, quiet, without checkpoints, in ``run_dir``."""
     torchrun = str(Path(sys.executable).parent / "torchrun")
     quiet = ["logger.console=false", "checkpoint.every_frames=0", f"run_dir={run_dir}"]
-    return [torchrun, "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train", *overrides, *quiet]
+    return [
+        torchrun,
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "harness.train",
+        *overrides,
+        *quiet,
+    ]
 
 
 def job_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -39,7 +47,9 @@ def run_job(
     with tempfile.TemporaryDirectory() as tmp:
         cmd = job_command(nproc, overrides, f"{tmp}/run")
         variables = job_env(env)
-        out = subprocess.run(cmd, cwd=tmp, env=variables, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            cmd, cwd=tmp, env=variables, capture_output=True, text=True, timeout=timeout
+        )
         if out.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
         if keep:

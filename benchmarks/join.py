@@ -53,7 +53,9 @@ def phase(run: Path, seconds: float) -> float:
     first = rows(run)[-1]
     time.sleep(seconds)
     last = rows(run)[-1]
-    return (int(last["frames"]) - int(first["frames"])) / (float(last["time_s"]) - float(first["time_s"]))
+    return (int(last["frames"]) - int(first["frames"])) / (
+        float(last["time_s"]) - float(first["time_s"])
+    )
 
 
 def trainer_pid(launcher: int) -> int:
@@ -72,10 +74,14 @@ def trainer_pid(launcher: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--joiners", type=int, default=2)
     parser.add_argument("--step-s", type=float, default=0.0025, help="seconds an env step sleeps")
-    parser.add_argument("--phase-s", type=float, default=30.0, help="seconds each phase is measured")
+    parser.add_argument(
+        "--phase-s", type=float, default=30.0, help="seconds each phase is measured"
+    )
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args()
     variables = {
@@ -94,14 +100,20 @@ def main() -> None:
             "collector.total_frames=1000000000", "logger.log_every_frames=2048", "logger.console=false",
             "checkpoint.every_frames=0", f"run_dir={run}",
         ]  # fmt: skip
-        job = subprocess.Popen(head.run(job_cmd), cwd=tmp, env={**variables, **head.env()}, stdout=subprocess.DEVNULL)
+        job = subprocess.Popen(
+            head.run(job_cmd), cwd=tmp, env={**variables, **head.env()}, stdout=subprocess.DEVNULL
+        )
         try:
             wait_rows(run, 3)
             trainer = trainer_pid(job.pid)
             before = phase(run, args.phase_s)
-            join_cmd = other.run([sys.executable, "-m", "harness.cli.join", f"{head.address}:{PORT}"])
+            join_cmd = other.run(
+                [sys.executable, "-m", "harness.cli.join", f"{head.address}:{PORT}"]
+            )
             joiners = [
-                subprocess.Popen(join_cmd, cwd=tmp, env={**variables, **other.env()}, stdout=subprocess.DEVNULL)
+                subprocess.Popen(
+                    join_cmd, cwd=tmp, env={**variables, **other.env()}, stdout=subprocess.DEVNULL
+                )
                 for _ in range(args.joiners)
             ]
             deadline = time.monotonic() + 120

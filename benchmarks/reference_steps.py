@@ -31,7 +31,13 @@ def descend(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
 
 
 def q_net(inputs: int, outputs: int = 1, hidden: tuple[int, int] = (256, 256)) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden[0]), nn.ReLU(), nn.Linear(*hidden), nn.ReLU(), nn.Linear(hidden[1], outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden[0]),
+        nn.ReLU(),
+        nn.Linear(*hidden),
+        nn.ReLU(),
+        nn.Linear(hidden[1], outputs),
+    )
 
 
 def polyak(tau: float, *pairs: tuple[nn.Module, nn.Module]) -> None:
@@ -58,7 +64,9 @@ class Actor(nn.Module):
         normal = torch.distributions.Normal(mean, (-5 + 3.5 * (log_std + 1)).exp())
         x_t = normal.rsample()
         y_t = torch.tanh(x_t)
-        return y_t * 2, (normal.log_prob(x_t) - torch.log(2 * (1 - y_t.pow(2)) + 1e-6)).sum(1, keepdim=True)
+        return y_t * 2, (normal.log_prob(x_t) - torch.log(2 * (1 - y_t.pow(2)) + 1e-6)).sum(
+            1, keepdim=True
+        )
 
 
 def parts(d: TensorDict, device: str, q_lr: float = 3e-4) -> SimpleNamespace:
@@ -85,7 +93,9 @@ def twin_mse(n: SimpleNamespace, x: torch.Tensor, target: torch.Tensor) -> torch
     return F.mse_loss(n.qf1(x).view(-1), target) + F.mse_loss(n.qf2(x).view(-1), target)
 
 
-def sac_actor_loss(n: SimpleNamespace, alpha: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sac_actor_loss(
+    n: SimpleNamespace, alpha: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     pi, log_pi = n.actor.get_action(n.o)
     xp = torch.cat([n.o, pi], 1)
     return (alpha * log_pi - torch.min(n.qf1(xp), n.qf2(xp))).mean(), log_pi
@@ -93,14 +103,20 @@ def sac_actor_loss(n: SimpleNamespace, alpha: float | torch.Tensor) -> tuple[tor
 
 def reference_sac(d: TensorDict, device: str) -> Step:
     n = parts(d, device, q_lr=1e-3)
-    a_opt, alpha_opt, alpha = torch.optim.Adam(n.actor.parameters(), lr=3e-4), torch.optim.Adam([n.log_alpha], lr=1e-3), [1.0]
+    a_opt, alpha_opt, alpha = (
+        torch.optim.Adam(n.actor.parameters(), lr=3e-4),
+        torch.optim.Adam([n.log_alpha], lr=1e-3),
+        [1.0],
+    )
 
     def step() -> None:
         n.step += 1
         with torch.no_grad():
             a2, logp2 = n.actor.get_action(n.o2)
             x2 = torch.cat([n.o2, a2], 1)
-            next_q = n.r + (1 - n.done) * 0.99 * (torch.min(n.qf1_t(x2), n.qf2_t(x2)) - alpha[0] * logp2).view(-1)
+            next_q = n.r + (1 - n.done) * 0.99 * (
+                torch.min(n.qf1_t(x2), n.qf2_t(x2)) - alpha[0] * logp2
+            ).view(-1)
         qf_loss = twin_mse(n, torch.cat([n.o, n.a], 1), next_q)
         descend(n.q_opt, qf_loss)
         if n.step % 2 == 0:
@@ -126,7 +142,9 @@ def reference_td3(d: TensorDict, device: str) -> Step:
     def step() -> None:
         n.step += 1
         with torch.no_grad():
-            a2 = (torch.tanh(actor_t(n.o2)) * 2 + (torch.randn_like(n.a) * 0.2).clamp(-0.5, 0.5) * 2).clamp(-2, 2)
+            a2 = (
+                torch.tanh(actor_t(n.o2)) * 2 + (torch.randn_like(n.a) * 0.2).clamp(-0.5, 0.5) * 2
+            ).clamp(-2, 2)
             x2 = torch.cat([n.o2, a2], 1)
             next_q = n.r + (1 - n.done) * 0.99 * torch.min(n.qf1_t(x2), n.qf2_t(x2)).view(-1)
         qf_loss = twin_mse(n, torch.cat([n.o, n.a], 1), next_q)
@@ -143,13 +161,21 @@ def reference_td3(d: TensorDict, device: str) -> Step:
 
 def reference_dqn(d: TensorDict, device: str) -> Step:
     q = q_net(4, 2, (120, 84)).to(device)
-    target, opt, n = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=2.5e-4), SimpleNamespace(step=0)
+    target, opt, n = (
+        copy.deepcopy(q),
+        torch.optim.Adam(q.parameters(), lr=2.5e-4),
+        SimpleNamespace(step=0),
+    )
 
     def step() -> None:
         n.step += 1
         with torch.no_grad():
-            td_target = d["reward"] + 0.99 * target(d["next_obs"]).max(1).values * (1 - d["terminated"].float())
-        loss = F.mse_loss(q(d["obs"]).gather(1, d["action"].long().unsqueeze(1)).squeeze(1), td_target)
+            td_target = d["reward"] + 0.99 * target(d["next_obs"]).max(1).values * (
+                1 - d["terminated"].float()
+            )
+        loss = F.mse_loss(
+            q(d["obs"]).gather(1, d["action"].long().unsqueeze(1)).squeeze(1), td_target
+        )
         descend(opt, loss)
         if n.step % 50 == 0:
             polyak(1.0, (target, q))
@@ -162,7 +188,10 @@ def reference_iql(d: TensorDict, device: str) -> Step:
     n = parts(d, device)
     value, actor = q_net(n.o.shape[1]).to(device), q_net(n.o.shape[1], n.a.shape[1]).to(device)
     log_std = torch.zeros(n.a.shape[1], requires_grad=True, device=device)
-    v_opt, a_opt = torch.optim.Adam(value.parameters(), lr=3e-4), torch.optim.Adam([*actor.parameters(), log_std], lr=3e-4)
+    v_opt, a_opt = (
+        torch.optim.Adam(value.parameters(), lr=3e-4),
+        torch.optim.Adam([*actor.parameters(), log_std], lr=3e-4),
+    )
 
     def step() -> None:
         x = torch.cat([n.o, n.a], 1)
@@ -176,7 +205,9 @@ def reference_iql(d: TensorDict, device: str) -> Step:
         q_loss = twin_mse(n, x, target)
         descend(n.q_opt, q_loss)
         dist = torch.distributions.Normal(torch.tanh(actor(n.o)) * 2, log_std.clamp(-20, 2).exp())
-        actor_loss = -(torch.exp(3.0 * adv.detach()).clamp(max=100.0) * dist.log_prob(n.a).sum(-1)).mean()
+        actor_loss = -(
+            torch.exp(3.0 * adv.detach()).clamp(max=100.0) * dist.log_prob(n.a).sum(-1)
+        ).mean()
         descend(a_opt, actor_loss)
         polyak(0.005, (n.qf1_t, n.qf1), (n.qf2_t, n.qf2))
         v_loss.item(), q_loss.item(), actor_loss.item()
@@ -186,7 +217,10 @@ def reference_iql(d: TensorDict, device: str) -> Step:
 
 def reference_cql(d: TensorDict, device: str, k: int) -> Step:
     n = parts(d, device)
-    a_opt, alpha_opt = torch.optim.Adam(n.actor.parameters(), lr=1e-4), torch.optim.Adam([n.log_alpha], lr=1e-4)
+    a_opt, alpha_opt = (
+        torch.optim.Adam(n.actor.parameters(), lr=1e-4),
+        torch.optim.Adam([n.log_alpha], lr=1e-4),
+    )
     b, o_rep, o2_rep = n.o.shape[0], n.o.repeat_interleave(k, 0), n.o2.repeat_interleave(k, 0)
     uniform = torch.full((b * k, 1), math.log(1 / 4), device=device)  # Pendulum's box is 4 wide
 
@@ -208,7 +242,10 @@ def reference_cql(d: TensorDict, device: str, k: int) -> Step:
         td_loss = F.mse_loss(q_data[0], target) + F.mse_loss(q_data[1], target)
         for qf, q in zip((n.qf1, n.qf2), q_data):
             soft_max = torch.logsumexp(
-                torch.cat([(qf(torch.cat([o_rep, acts], 1)) - logp).view(b, k) for acts, logp in kinds], 1), 1
+                torch.cat(
+                    [(qf(torch.cat([o_rep, acts], 1)) - logp).view(b, k) for acts, logp in kinds], 1
+                ),
+                1,
             )
             gaps.append((soft_max - q).mean())
         descend(n.q_opt, td_loss + 5.0 * (gaps[0] + gaps[1]))

@@ -72,7 +72,13 @@ def worker(opts: dict) -> None:
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
         cfg = load(
             compose(
-                "config", overrides=[f"sync={opts['scheme']}", "collector.mode=async", "sync.timeout_s=300", "dist_timeout_s=300"]
+                "config",
+                overrides=[
+                    f"sync={opts['scheme']}",
+                    "collector.mode=async",
+                    "sync.timeout_s=300",
+                    "dist_timeout_s=300",
+                ],
             )
         )
     layout = Layout.from_env(1)
@@ -129,11 +135,15 @@ def trainer(cfg, layout, groups, models, opts) -> dict:
     while time.monotonic() < start + opts["warmup_s"]:
         receiver.receive_any()
     intake = windows(receiver, opts["intake_s"])  # a trivial update: take the batch, nothing else
-    publisher.publish(Header(1, values={"t0": time.monotonic(), "phase": 1}))  # collectors stop stepping envs
+    publisher.publish(
+        Header(1, values={"t0": time.monotonic(), "phase": 1})
+    )  # collectors stop stepping envs
     channel = windows(receiver, opts["intake_s"], skip_s=0.5)
     publisher.publish(Header(2, values={"t0": time.monotonic(), "phase": 2}))  # no more batches
     receiver.drain()
-    for version in range(3, 3 + opts["samples"]):  # publish-to-applied: collectors idle, nothing queues
+    for version in range(
+        3, 3 + opts["samples"]
+    ):  # publish-to-applied: collectors idle, nothing queues
         dist.barrier()
         last = version == 2 + opts["samples"]
         publisher.publish(Header(version, stop=last, values={"t0": time.monotonic(), "phase": 3}))
@@ -173,11 +183,15 @@ def collector(cfg, layout, groups, models, opts) -> dict[int, float]:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     subscriber.connect({"policy": models}, ("t0", "phase"))
     envs = make_vec_env(cfg.env.id, cfg.collector.num_envs)
-    rollout = RolloutCollector(envs, models["policy"], cfg.collector.frames_per_batch, layout.rank * 100)
+    rollout = RolloutCollector(
+        envs, models["policy"], cfg.collector.frames_per_batch, layout.rank * 100
+    )
     sender = BatchSender(groups.data, layout.rank, 0, rollout.batch, cfg.dist_timeout_s)
     header = subscriber.wait(0)
     while header.values["phase"] == 0:  # async mode's loop: the newest weights before every step
-        batch = rollout.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
+        batch = rollout.collect(
+            header, refresh=lambda: subscriber.poll() or subscriber.current_header()
+        )
         sender.send(batch, while_waiting=subscriber.poll)
         header = subscriber.poll() or subscriber.current_header()
     while header.values["phase"] == 1:  # the channel alone: the same batch again, no env steps
@@ -203,23 +217,36 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
         torchrun = str(Path(sys.executable).parent / "torchrun")
         launched_ns = time.monotonic_ns()
         if nodes == 1:
-            commands = [([torchrun, "--standalone", f"--nproc_per_node={collectors + 1}", *script], env)]
+            commands = [
+                ([torchrun, "--standalone", f"--nproc_per_node={collectors + 1}", *script], env)
+            ]
         else:
             head = pair[0]
             commands = [
                 (
-                    node.torchrun(i, head, collectors // 2 + (i == 0), script, run_id=f"scale-{scheme}-{collectors}"),
+                    node.torchrun(
+                        i,
+                        head,
+                        collectors // 2 + (i == 0),
+                        script,
+                        run_id=f"scale-{scheme}-{collectors}",
+                    ),
                     {**env, **node.env()},
                 )
                 for i, node in enumerate(pair)
             ]
         procs = [
-            subprocess.Popen(cmd, env=e, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                cmd, env=e, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
             for cmd, e in commands
         ]
         errors = [p.communicate(timeout=1800)[1] for p in procs]
         if any(p.returncode for p in procs):
-            raise RuntimeError(f"{scheme} with {collectors} collectors on {nodes} node(s) failed:\n" + errors[0][-3000:])
+            raise RuntimeError(
+                f"{scheme} with {collectors} collectors on {nodes} node(s) failed:\n"
+                + errors[0][-3000:]
+            )
         result = json.loads(Path(opts["out"]).read_text())
     last = result["sync_ms"][1:]  # the first publish of the phase warms up connections and caches
     return {
@@ -234,7 +261,10 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
         "sync_ms_p90": statistics.quantiles(last, n=10)[-1],
         "intake_frames_per_s": statistics.median(result["intake"]),
         "channel_frames_per_s": statistics.median(result["channel"]),
-        "channel_mb_per_s": statistics.median(result["channel"]) / result["frames_per_batch"] * result["batch_bytes"] / 1e6,
+        "channel_mb_per_s": statistics.median(result["channel"])
+        / result["frames_per_batch"]
+        * result["batch_bytes"]
+        / 1e6,
         "payload_bytes": result["payload_bytes"],
         "batch_bytes": result["batch_bytes"],
     }
@@ -244,7 +274,14 @@ def ratios(rows: list[dict]) -> list[str]:
     """The issue's targets, as ratios within this run."""
 
     def get(nodes, collectors, scheme, key):
-        return next((r[key] for r in rows if (r["nodes"], r["collectors"], r["scheme"]) == (nodes, collectors, scheme)), None)
+        return next(
+            (
+                r[key]
+                for r in rows
+                if (r["nodes"], r["collectors"], r["scheme"]) == (nodes, collectors, scheme)
+            ),
+            None,
+        )
 
     lines = []
     for nodes, schemes in SCHEMES.items():
@@ -257,22 +294,36 @@ def ratios(rows: list[dict]) -> list[str]:
             ):
                 x, y = get(nodes, a, scheme, key), get(nodes, b, scheme, key)
                 if x and y:
-                    lines.append(f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors = {x / y:.2f} {target}")
+                    lines.append(
+                        f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors = {x / y:.2f} {target}"
+                    )
     h, g = get(2, 16, "hierarchical", "sync_ms_median"), get(2, 16, "gloo", "sync_ms_median")
     if h and g:
-        lines.append(f"2 nodes, 16 collectors: sync_ms hierarchical / gloo = {h / g:.2f} (target <= 0.6)")
+        lines.append(
+            f"2 nodes, 16 collectors: sync_ms hierarchical / gloo = {h / g:.2f} (target <= 0.6)"
+        )
     return lines
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write the rows here")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 collectors, short phases")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 2 collectors, short phases"
+    )
     parser.add_argument("--collectors", type=int, nargs="+", help=f"default {COLLECTORS}")
-    parser.add_argument("--schemes", nargs="+", help="default: gloo shm hierarchical (2 nodes: gloo hierarchical)")
+    parser.add_argument(
+        "--schemes", nargs="+", help="default: gloo shm hierarchical (2 nodes: gloo hierarchical)"
+    )
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2], choices=[1, 2])
-    parser.add_argument("--params", type=int, default=1_000_000, help="ballast parameters published with the policy")
-    parser.add_argument("--intake-s", type=int, help="seconds of intake measured (default 8; quick 2)")
+    parser.add_argument(
+        "--params", type=int, default=1_000_000, help="ballast parameters published with the policy"
+    )
+    parser.add_argument(
+        "--intake-s", type=int, help="seconds of intake measured (default 8; quick 2)"
+    )
     parser.add_argument("--samples", type=int, help="publishes timed (default 20; quick 5)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -295,7 +346,9 @@ def main() -> None:
                 pair = stack.enter_context(netns.two_nodes("b"))
             except netns.NamespaceError as e:
                 print(f"skipping 2 nodes: {e}", flush=True)
-        for n in collectors:  # the smaller sizes first, on both layouts: a run cut short still has its pairs
+        for n in (
+            collectors
+        ):  # the smaller sizes first, on both layouts: a run cut short still has its pairs
             for nodes in [k for k in args.nodes if k == 1 or pair is not None]:
                 for scheme in [s for s in args.schemes or SCHEMES[nodes] if s in SCHEMES[nodes]]:
                     rows.append(launch(nodes, n, scheme, opts, pair))

@@ -28,13 +28,22 @@ from typing import Any
 
 from jobs import run_job
 
-COLUMNS = ("collect/frames_per_s", "collect/frames_dropped_fraction", "train/idle_fraction", "collect/idle_fraction")
+COLUMNS = (
+    "collect/frames_per_s",
+    "collect/frames_dropped_fraction",
+    "train/idle_fraction",
+    "collect/idle_fraction",
+)
 
 
 def launch(mode: str, slowed: bool, args: argparse.Namespace, seed: int) -> dict[str, float]:
     """One run; the medians of its rows' COLUMNS, the first row left out."""
     nproc = 1 + args.collectors
-    slow = {"SLOW_STEP_S": str(args.step_s), "SLOW_FACTOR": str(args.factor), "SLOW_RANK": str(nproc - 1) if slowed else "none"}
+    slow = {
+        "SLOW_STEP_S": str(args.step_s),
+        "SLOW_FACTOR": str(args.factor),
+        "SLOW_RANK": str(nproc - 1) if slowed else "none",
+    }
     overrides = [
         "env.id=slow_env:SlowCartPole-v0",
         f"collector.mode={mode}",
@@ -47,10 +56,17 @@ def launch(mode: str, slowed: bool, args: argparse.Namespace, seed: int) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--collectors", type=int, default=4)
     parser.add_argument("--step-s", type=float, default=0.0025, help="seconds an env step sleeps")
-    parser.add_argument("--factor", type=float, default=3.0, help="how many times longer the slowed collector's steps take")
+    parser.add_argument(
+        "--factor",
+        type=float,
+        default=3.0,
+        help="how many times longer the slowed collector's steps take",
+    )
     parser.add_argument("--frames", type=int, default=40_000, help="frames per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="write the rows here")
@@ -60,7 +76,10 @@ def main() -> None:
     for repeat in range(args.repeats):
         for mode, slowed in cases:
             results[mode, slowed].append(launch(mode, slowed, args, seed=1 + repeat))
-            print(f"repeat {repeat + 1} {mode} {'slowed' if slowed else 'even'}: {results[mode, slowed][-1]}", flush=True)
+            print(
+                f"repeat {repeat + 1} {mode} {'slowed' if slowed else 'even'}: {results[mode, slowed][-1]}",
+                flush=True,
+            )
     rows: list[dict[str, Any]] = []
     for mode, slowed in cases:
         row: dict[str, Any] = {"mode": mode, "collectors": "slowed" if slowed else "even"}
@@ -69,7 +88,11 @@ def main() -> None:
     for row in rows:
         even = next(r for r in rows if r["mode"] == row["mode"] and r["collectors"] == "even")
         row["frames_per_s_vs_even"] = row["collect/frames_per_s"] / even["collect/frames_per_s"]
-        print("  ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+        print(
+            "  ".join(
+                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
+            )
+        )
     print(f"the slowed collector's share of the even job's frames: {1 / args.collectors:.3g}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -78,7 +78,11 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
             with torch.no_grad():
                 dist = Categorical(logits=actor(obs))
                 action = dist.sample()
-                logp_buf[t], val_buf[t], act_buf[t] = dist.log_prob(action), critic(obs).squeeze(-1), action
+                logp_buf[t], val_buf[t], act_buf[t] = (
+                    dist.log_prob(action),
+                    critic(obs).squeeze(-1),
+                    action,
+                )
             nxt, reward, term, trunc, info = envs.step(action.numpy())
             rew_buf[t] = torch.as_tensor(reward, dtype=torch.float32)
             obs, done = (
@@ -86,20 +90,28 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
                 torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32),
             )
             if "episode" in info:
-                returns += [float(r) for r, ended in zip(info["episode"]["r"], info["_episode"]) if ended]
+                returns += [
+                    float(r) for r, ended in zip(info["episode"]["r"], info["_episode"]) if ended
+                ]
             seen += num_envs
             if seen >= window:
                 print(seen, statistics.mean(returns) if returns else float("nan"), flush=True)
                 window, returns = window + log_every, []
         with torch.no_grad():  # GAE, bootstrapping from the value of the state after the segment
-            adv, last, next_value = torch.zeros(steps, num_envs), torch.zeros(num_envs), critic(obs).squeeze(-1)
+            adv, last, next_value = (
+                torch.zeros(steps, num_envs),
+                torch.zeros(num_envs),
+                critic(obs).squeeze(-1),
+            )
             for t in reversed(range(steps)):
                 not_done = 1.0 - (done if t == steps - 1 else done_buf[t + 1])
                 nv = next_value if t == steps - 1 else val_buf[t + 1]
                 delta = rew_buf[t] + gamma * nv * not_done - val_buf[t]
                 adv[t] = last = delta + gamma * lam * not_done * last
             ret = adv + val_buf
-        b_obs, b_act, b_logp, b_adv, b_ret, b_val = (x.flatten(0, 1) for x in (obs_buf, act_buf, logp_buf, adv, ret, val_buf))
+        b_obs, b_act, b_logp, b_adv, b_ret, b_val = (
+            x.flatten(0, 1) for x in (obs_buf, act_buf, logp_buf, adv, ret, val_buf)
+        )
         size = len(b_obs) // minibatches
         for _ in range(epochs):
             for idx in torch.randperm(len(b_obs)).split(size):
@@ -110,7 +122,9 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
                 pg = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
                 v = critic(b_obs[idx]).squeeze(-1)
                 v_clipped = b_val[idx] + (v - b_val[idx]).clamp(-clip, clip)
-                v_loss = 0.5 * torch.max((v - b_ret[idx]) ** 2, (v_clipped - b_ret[idx]) ** 2).mean()
+                v_loss = (
+                    0.5 * torch.max((v - b_ret[idx]) ** 2, (v_clipped - b_ret[idx]) ** 2).mean()
+                )
                 loss = pg - ent_coef * dist.entropy().mean() + vf_coef * v_loss
                 opt.zero_grad()
                 loss.backward()
@@ -119,7 +133,11 @@ def reference_ppo(seed: int, frames: int, log_every: int) -> None:
 
 
 def watch(
-    cmd: Callable[[str], list[str]], returns: Callable[[str], list[float]], score: float, code: Path = ROOT, timeout: float = 1800
+    cmd: Callable[[str], list[str]],
+    returns: Callable[[str], list[float]],
+    score: float,
+    code: Path = ROOT,
+    timeout: float = 1800,
 ) -> tuple[float | None, float]:
     """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to ``out.txt`` there,
     and poll ``returns(directory)``, the window returns so far, until it ends.
@@ -129,12 +147,19 @@ def watch(
 
 
 def _watch(
-    cmd: list[str], tmp: str, returns: Callable[[str], list[float]], score: float, code: Path, timeout: float
+    cmd: list[str],
+    tmp: str,
+    returns: Callable[[str], list[float]],
+    score: float,
+    code: Path,
+    timeout: float,
 ) -> tuple[float | None, float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(code)}
     start, reached = time.perf_counter(), None
     with open(f"{tmp}/out.txt", "w") as out:
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
     while proc.poll() is None:
         if reached is None and any(r >= score for r in returns(tmp)):
             reached = time.perf_counter() - start
@@ -170,15 +195,24 @@ def reference_returns(tmp: str) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--frames", type=int, default=500_000)
     parser.add_argument("--score", type=float, default=475.0)
     parser.add_argument("--log-every", type=int, default=10_000)
     parser.add_argument("--nproc", type=int, default=3, help="ranks of the harness's job")
-    parser.add_argument("--against", metavar="DIR", help="also the default job of this checkout (a git worktree)")
     parser.add_argument(
-        "--variant", nargs="+", action="append", default=[], metavar="NAME OVERRIDE", help="the default job with overrides"
+        "--against", metavar="DIR", help="also the default job of this checkout (a git worktree)"
+    )
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="NAME OVERRIDE",
+        help="the default job with overrides",
     )
     parser.add_argument("--no-reference", action="store_true", help="leave out the single-file PPO")
     parser.add_argument("--json", help="write the rows here")
@@ -213,7 +247,10 @@ def main() -> None:
             f"--log-every={args.log_every}",
         ]
 
-    contestants = {"harness": (harness, harness_returns, ROOT), "reference": (reference, reference_returns, ROOT)}
+    contestants = {
+        "harness": (harness, harness_returns, ROOT),
+        "reference": (reference, reference_returns, ROOT),
+    }
     if args.against:
         contestants = {
             "harness": contestants["harness"],
@@ -231,7 +268,8 @@ def main() -> None:
         print(
             f"seed {seed}: "
             + "   ".join(
-                f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all" for k, v in runs.items()
+                f"{k} {v[-1][0] or float('nan'):.1f} s to {args.score:g}, {v[-1][1]:.1f} s in all"
+                for k, v in runs.items()
             ),
             flush=True,
         )

@@ -33,7 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from reference_steps import reference_cql, reference_dqn, reference_iql, reference_sac, reference_td3  # benchmarks/
+from reference_steps import (
+    reference_cql,
+    reference_dqn,
+    reference_iql,
+    reference_sac,
+    reference_td3,
+)  # benchmarks/
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -74,7 +80,9 @@ class MatmulShapes(TorchDispatchMode):
         op = func.overloadpacket
         if op in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
             a, b = args[-2:] if op in (aten.mm, aten.bmm) else args[1:3]
-            self.shapes += [(a.shape[-2], a.shape[-1], b.shape[-1])] * (a.shape[0] if a.dim() == 3 else 1)
+            self.shapes += [(a.shape[-2], a.shape[-1], b.shape[-1])] * (
+                a.shape[0] if a.dim() == 3 else 1
+            )
         return func(*args, **(kwargs or {}))
 
 
@@ -82,7 +90,10 @@ def limit_of(step: Step, device: str) -> Step:
     """The matrix multiplications ``step`` runs, as raw ``torch.mm`` calls on operands made beforehand."""
     with MatmulShapes() as seen:
         step()
-    operands = [(torch.randn(m, k, device=device), torch.randn(k, n, device=device)) for m, k, n in seen.shapes]
+    operands = [
+        (torch.randn(m, k, device=device), torch.randn(k, n, device=device))
+        for m, k, n in seen.shapes
+    ]
     return lambda: [torch.mm(a, b) for a, b in operands]
 
 
@@ -98,13 +109,25 @@ def batch(obs_dim: int, action: torch.Tensor, device: str, n: int = 256) -> Tens
 
 
 def learner(
-    name: str, spec: EnvSpec, data: TensorDict, steps: int, device: str, compiled: bool, amp: bool = False, **fields
+    name: str,
+    spec: EnvSpec,
+    data: TensorDict,
+    steps: int,
+    device: str,
+    compiled: bool,
+    amp: bool = False,
+    **fields,
 ) -> tuple[Step, Algorithm]:
     """``steps`` gradient steps of ``algo=name`` on ``data``, as ``update`` takes them (losses
     under ``algo.autocast()``); PPO: one minibatch step. And the algorithm, for the device check."""
     cls = algorithm_for(name, spec)
     # Any: PPO steps through losses(), the others through learn(), methods of the concrete classes
-    algo: Any = cls(cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields), spec, 10**6, device=device)
+    algo: Any = cls(
+        cls.Config(compile=compiled, amp="bf16" if amp else "off", **fields),
+        spec,
+        10**6,
+        device=device,
+    )
     if name == "ppo":
 
         def minibatch() -> None:
@@ -123,7 +146,11 @@ def learner(
     return learn, algo
 
 
-def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, Callable[[TensorDict, str], Step] | None]]:
+def cases(
+    device: str,
+) -> list[
+    tuple[str, str, EnvSpec, TensorDict, int, dict, Callable[[TensorDict, str], Step] | None]
+]:
     """(case, algo, env, batch, steps per timing, config fields, reference)."""
     pendulum, cartpole = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
     box, choice = (lambda: torch.rand(256, 1) * 4 - 2), (lambda: torch.randint(0, 2, (256,)))
@@ -144,8 +171,24 @@ def cases(device: str) -> list[tuple[str, str, EnvSpec, TensorDict, int, dict, C
         ("td3", "td3", pendulum, batch(3, box(), device), 2, {}, reference_td3),
         ("dqn", "dqn", cartpole, batch(4, choice(), device), 1, {}, reference_dqn),
         ("iql", "iql", pendulum, batch(3, box(), device), 1, {}, reference_iql),
-        ("cql", "cql", pendulum, batch(3, box(), device), 1, {}, lambda d, dev: reference_cql(d, dev, 10)),
-        ("cql_4_actions", "cql", pendulum, batch(3, box(), device), 1, {"n_actions": 4}, lambda d, dev: reference_cql(d, dev, 4)),
+        (
+            "cql",
+            "cql",
+            pendulum,
+            batch(3, box(), device),
+            1,
+            {},
+            lambda d, dev: reference_cql(d, dev, 10),
+        ),
+        (
+            "cql_4_actions",
+            "cql",
+            pendulum,
+            batch(3, box(), device),
+            1,
+            {"n_actions": 4},
+            lambda d, dev: reference_cql(d, dev, 4),
+        ),
         ("cql_discrete", "cql", cartpole, batch(4, choice(), device), 1, {}, None),
         ("ppo", "ppo", cartpole, ppo, 1, {}, None),
     ]
@@ -163,7 +206,9 @@ def update_rows(
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     rows: list[dict] = []
     chosen = [c for c in cases(device) if not only or c[0] in only]
-    for case, name, spec, data, steps, fields, reference in sorted(chosen, key=lambda c: only.index(c[0]) if only else 0):
+    for case, name, spec, data, steps, fields, reference in sorted(
+        chosen, key=lambda c: only.index(c[0]) if only else 0
+    ):
         update, algo = learner(name, spec, data, steps, device, False, **fields)
         fns = {"update": update, "limit": limit_of(update, device)}
         if reference is not None:
@@ -172,15 +217,22 @@ def update_rows(
         if amp:
             fns["amp"] = learner(name, spec, data, steps, device, False, amp=True, **fields)[0]
         if compiled:  # the first call compiles (a cold cache: see main)
-            fns["compiled"], start = learner(name, spec, data, steps, device, True, **fields)[0], time.perf_counter()
+            fns["compiled"], start = (
+                learner(name, spec, data, steps, device, True, **fields)[0],
+                time.perf_counter(),
+            )
             fns["compiled"]()
             sync()
             compile_s = time.perf_counter() - start
         seconds = timed(fns, repeats, sync)
-        found = check_devices(algo)  # where the timed update's tensors are (it raises, naming any elsewhere)
+        found = check_devices(
+            algo
+        )  # where the timed update's tensors are (it raises, naming any elsewhere)
         for kind in fns:
             row = {
-                "case": f"update/{case}/{kind}" if kind in ("compiled", "amp") else f"{kind}/{case}",
+                "case": f"update/{case}/{kind}"
+                if kind in ("compiled", "amp")
+                else f"{kind}/{case}",
                 "ms": 1000 * seconds[kind] / steps,
                 "device": device,
                 **({"devices": found} if kind == "update" else {}),
@@ -208,11 +260,19 @@ def storage_rows(repeats: int) -> list[dict]:
     for capacity in (100_000, 1_000_000):
         buffer, chunk = ReplayBuffer(capacity, transition), transition.expand(1000).clone()
         rows += [
-            {"case": f"replay/extend/{capacity}", "transitions_per_s": rate(1000, lambda: buffer.extend(chunk))},
-            {"case": f"replay/sample/{capacity}", "transitions_per_s": rate(256, lambda: buffer.sample(256))},
+            {
+                "case": f"replay/extend/{capacity}",
+                "transitions_per_s": rate(1000, lambda: buffer.extend(chunk)),
+            },
+            {
+                "case": f"replay/sample/{capacity}",
+                "transitions_per_s": rate(256, lambda: buffer.sample(256)),
+            },
             {
                 "case": f"reference/index_one_field/{capacity}",
-                "transitions_per_s": rate(256, lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))]),
+                "transitions_per_s": rate(
+                    256, lambda: buffer.storage["obs"][torch.randint(0, buffer.size, (256,))]
+                ),
             },
         ]
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,7 +286,11 @@ def storage_rows(repeats: int) -> list[dict]:
             truncated=torch.zeros(n, dtype=torch.bool),
             batch_size=[n],
         )
-        dataset.save(tmp, data, dataset.Meta(env="Hopper-v5", transitions=n, episodes=0, behaviour_return=0.0))
+        dataset.save(
+            tmp,
+            data,
+            dataset.Meta(env="Hopper-v5", transitions=n, episodes=0, behaviour_return=0.0),
+        )
         mapped, _ = dataset.load(tmp)
         rows += [
             {
@@ -242,18 +306,29 @@ def storage_rows(repeats: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--repeats", type=int, default=30, help="timed rounds per case")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--compile", action="store_true", help="also time each step with algo.compile=true")
-    parser.add_argument("--amp", action="store_true", help="also time each step with algo.amp=bf16 (eager)")
     parser.add_argument(
-        "--only", nargs="*", default=[], help="only these update cases (sac, td3, ...), in this order; no replay rows"
+        "--compile", action="store_true", help="also time each step with algo.compile=true"
+    )
+    parser.add_argument(
+        "--amp", action="store_true", help="also time each step with algo.amp=bf16 (eager)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="only these update cases (sac, td3, ...), in this order; no replay rows",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.compile:  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
+    if (
+        args.compile
+    ):  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
 
     def write(rows: list[dict]) -> None:

@@ -64,17 +64,23 @@ def make_model(params: int) -> nn.Module:
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(50)])
 
 
-def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, device: str = "cpu") -> list[float]:
+def scheme_rank(
+    rank: int, world: int, scheme: str, params: int, samples: int, device: str = "cpu"
+) -> list[float]:
     torch.set_num_threads(1)
     groups = init_distributed(Layout.from_env(1), 60, SCHEMES_BY_NAME[scheme])
     model = make_model(params)
     if rank == 0:
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device).index or 0)
-        pack_parameters_(model.to(device))  # as the algorithms do with what they publish, on the trainer's device
+        pack_parameters_(
+            model.to(device)
+        )  # as the algorithms do with what they publish, on the trainer's device
         where = {str(p.device) for p in model.parameters()}
         if where != {str(torch.device(device, 0) if device == "cuda" else torch.device(device))}:
-            raise RuntimeError(f"the publisher's weights should be on {device}, but they are on {sorted(where)}")
+            raise RuntimeError(
+                f"the publisher's weights should be on {device}, but they are on {sorted(where)}"
+            )
     cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     end.connect({"policy": model}, ("t0",))
@@ -82,7 +88,9 @@ def scheme_rank(rank: int, world: int, scheme: str, params: int, samples: int, d
     for version in range(samples):
         dist.barrier()
         if isinstance(end, WeightPublisher):
-            end.publish(Header(version, stop=version == samples - 1, values={"t0": time.monotonic()}))
+            end.publish(
+                Header(version, stop=version == samples - 1, values={"t0": time.monotonic()})
+            )
         else:
             header = end.wait(version)
             latencies.append(1000 * (time.monotonic() - header.values["t0"]))
@@ -115,10 +123,16 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     from multiprocessing import shared_memory
 
     torch.set_num_threads(1)
-    init_distributed(Layout.from_env(1), 60)  # barriers between samples, and the buffer's name; never in what is timed
-    packed = next(pack_parameters_(make_model(params)).parameters()).untyped_storage()  # one buffer, as a trainer's
+    init_distributed(
+        Layout.from_env(1), 60
+    )  # barriers between samples, and the buffer's name; never in what is timed
+    packed = next(
+        pack_parameters_(make_model(params)).parameters()
+    ).untyped_storage()  # one buffer, as a trainer's
     source = torch.empty(0, dtype=torch.uint8).set_(packed)  # type: ignore[call-overload]
-    name = [shm_files.new_name(0)]  # the harness's own naming: its stale-segment clean-up also finds this one
+    name = [
+        shm_files.new_name(0)
+    ]  # the harness's own naming: its stale-segment clean-up also finds this one
     dist.broadcast_object_list(name, src=0)
     offset = -(-(3 + world) * 8 // 64) * 64
     if rank == 0:
@@ -131,11 +145,15 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     finally:  # also after a failure: no segment outlives the benchmark
         if rank == 0:
             region.unlink()
-        with contextlib.suppress(BufferError):  # a failure's traceback may still hold views of the buffer
+        with contextlib.suppress(
+            BufferError
+        ):  # a failure's traceback may still hold views of the buffer
             region.close()
 
 
-def copy_ack_samples(rank: int, world: int, buf, offset: int, source: torch.Tensor, samples: int) -> list[float]:
+def copy_ack_samples(
+    rank: int, world: int, buf, offset: int, source: torch.Tensor, samples: int
+) -> list[float]:
     # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber acknowledged...]
     control = np.ndarray((3 + world,), dtype=np.int64, buffer=buf)
     target = torch.frombuffer(buf, dtype=torch.uint8, count=source.numel(), offset=offset)
@@ -150,7 +168,9 @@ def copy_ack_samples(rank: int, world: int, buf, offset: int, source: torch.Tens
             control[0] = version
             futex.wake(bell)
             while True:
-                rung = int(control[1])  # before looking: an acknowledgement after it ends the sleep at once
+                rung = int(
+                    control[1]
+                )  # before looking: an acknowledgement after it ends the sleep at once
                 if all(control[3 + r] == version for r in range(1, world)):
                     break
                 futex.wait(ack_bell, rung, 1.0)
@@ -192,7 +212,9 @@ def gather(results: dict) -> list[float]:
     return latencies
 
 
-def measure(scheme: str, world: int, params: int, samples: int, publisher: str = "cpu") -> list[float]:
+def measure(
+    scheme: str, world: int, params: int, samples: int, publisher: str = "cpu"
+) -> list[float]:
     """One launch of ``scheme`` (or a reference) with rank 0's model on ``publisher``: the subscribers' latencies, ms."""
     if scheme == "d2h":
         return memcpy(params, samples * 5, publisher)[5:]
@@ -218,7 +240,9 @@ def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--samples", type=int, default=40)
@@ -229,9 +253,16 @@ def main() -> None:
         default=[*REFERENCES, *SCHEMES],
         help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; d2h: the plain device-to-host copy (with a GPU publisher)",
     )
-    parser.add_argument("--publisher-device", default="cpu", help="where rank 0's model lives: cpu, or cuda (a GPU trainer)")
     parser.add_argument(
-        "--repeats", type=int, default=1, help="launches of every scheme, interleaved (the median of their medians)"
+        "--publisher-device",
+        default="cpu",
+        help="where rank 0's model lives: cpu, or cuda (a GPU trainer)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="launches of every scheme, interleaved (the median of their medians)",
     )
     args = parser.parse_args()
 
@@ -240,10 +271,17 @@ def main() -> None:
         samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
         rows.append(row("memcpy", params, [memcpy(params, samples * 5)[5:]]))
         runs: dict[str, list[list[float]]] = {scheme: [] for scheme in args.schemes}
-        for _ in range(args.repeats):  # interleaved: neighbours in time see the same load on a shared machine
+        for _ in range(
+            args.repeats
+        ):  # interleaved: neighbours in time see the same load on a shared machine
             for scheme in args.schemes:
-                runs[scheme].append(measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device))
-        rows += [{**row(scheme, params, runs[scheme]), "publisher": args.publisher_device} for scheme in args.schemes]
+                runs[scheme].append(
+                    measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device)
+                )
+        rows += [
+            {**row(scheme, params, runs[scheme]), "publisher": args.publisher_device}
+            for scheme in args.schemes
+        ]
         for r in rows[-1 - len(args.schemes) :]:
             print(
                 f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms",
@@ -257,7 +295,11 @@ def main() -> None:
         for params in args.sizes:
             print(
                 f"  {params:>10,}: "
-                + "   ".join(f"{s}/d2h {median(s, params) / median('d2h', params):5.2f}x" for s in args.schemes if s != "d2h")
+                + "   ".join(
+                    f"{s}/d2h {median(s, params) / median('d2h', params):5.2f}x"
+                    for s in args.schemes
+                    if s != "d2h"
+                )
             )
     print("\nratios of medians: each scheme / shm_copy_ack (the cross-process floor), and / memcpy")
     for params in args.sizes if "shm_copy_ack" in args.schemes else []:
@@ -270,7 +312,9 @@ def main() -> None:
             )
         )
     for params in args.sizes if {"gloo_per_param", "gloo"} <= set(args.schemes) else []:
-        print(f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):.1f}x")
+        print(
+            f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):.1f}x"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

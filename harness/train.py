@@ -31,7 +31,12 @@ from harness.config import Config, load, register_configs
 from harness.data import dataset
 from harness.distributed import signals
 from harness.distributed.placement import check_devices, describe_all, place
-from harness.distributed.setup import Groups, init_distributed, resolve_run_dir, shutdown_distributed
+from harness.distributed.setup import (
+    Groups,
+    init_distributed,
+    resolve_run_dir,
+    shutdown_distributed,
+)
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.collector import run_collector
 from harness.roles.evaluator import run_evaluator
@@ -53,7 +58,9 @@ def check_writable(run_dir: Path) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise RuntimeError(f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH") from e
+        raise RuntimeError(
+            f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH"
+        ) from e
 
 
 def check_dataset(cfg: Config) -> None:
@@ -86,7 +93,9 @@ def claim(layout: Layout, run_dir: Path) -> run_lock.RunLock | None:
     return lock
 
 
-def open_run_dir(cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path) -> run_lock.RunLock | None:
+def open_run_dir(
+    cfg: Config, raw: DictConfig, layout: Layout, run_dir: Path
+) -> run_lock.RunLock | None:
     """Lock, check and prepare the run directory; returns trainer 0's lock."""
     lock = claim(layout, run_dir)
     try:
@@ -116,7 +125,9 @@ def sweep_defaults(cfg: Config) -> int:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     if not cfg.run_dir and multirun:
         cfg.run_dir = hydra_cfg.runtime.output_dir
-    cfg.logger.group = cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.algo_env
+    cfg.logger.group = (
+        cfg.logger.group or hydra_cfg.runtime.choices.get("experiment") or cfg.algo_env
+    )
     return hydra_cfg.job.num if multirun else 0
 
 
@@ -132,14 +143,20 @@ def tuned_settings(raw: DictConfig) -> str | None:
     settings = []
     for key in sorted(_leaf_keys(tuned)):
         value, now = OmegaConf.select(tuned, key), OmegaConf.select(raw, key)
-        settings.append(f"{key}={now}" if now == value else f"{key}={now} (tuned: {value}, overridden)")
+        settings.append(
+            f"{key}={now}" if now == value else f"{key}={now} (tuned: {value}, overridden)"
+        )
     return f"conf/tuned/{name}.yaml (tuned for this algo and env) set: {', '.join(settings)}"
 
 
 def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
     if not isinstance(node, DictConfig):
         return [prefix.rstrip(".")]
-    return [k for key, child in node.items_ex(resolve=False) for k in _leaf_keys(child, f"{prefix}{key!s}.")]
+    return [
+        k
+        for key, child in node.items_ex(resolve=False)
+        for k in _leaf_keys(child, f"{prefix}{key!s}.")
+    ]
 
 
 def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> None:
@@ -166,22 +183,41 @@ def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
     # Ctrl-C during start-up stops at once, without a traceback (harness/__init__.py: before torch is imported).
-    signals.install(interrupt=False)  # a scheduler's SIGTERM during start-up: stop at the first safe point, as later
+    signals.install(
+        interrupt=False
+    )  # a scheduler's SIGTERM during start-up: stop at the first safe point, as later
     with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
         cfg = load(raw)  # every value checked before any process group exists
         check_dataset(cfg)
         sweep_job = sweep_defaults(cfg)
-        os.environ.update(slurm_env(os.environ))  # srun without torchrun: ranks from SLURM's variables
+        os.environ.update(
+            slurm_env(os.environ)
+        )  # srun without torchrun: ranks from SLURM's variables
         layout = Layout.from_env(cfg.topology.trainers)
         scheme = SCHEMES[cfg.sync.name]
-        check_devices(cfg.trainer.device, cfg.collector.device, scheme.gpu_collectors, cfg.sync.name, layout.single_process)
+        check_devices(
+            cfg.trainer.device,
+            cfg.collector.device,
+            scheme.gpu_collectors,
+            cfg.sync.name,
+            layout.single_process,
+        )
     # Each rank checks its own role's device: the first rank of that role on the node says what is wrong.
     with cli.user_errors(speaker=layout.rank == layout.first_of_role_on_node):
         threads = (cfg.trainer.threads, cfg.collector.threads)
-        placement = place(layout, cfg.trainer.device, cfg.collector.device, *threads, scheme.gpu_collectors, cfg.sync.name)
+        placement = place(
+            layout,
+            cfg.trainer.device,
+            cfg.collector.device,
+            *threads,
+            scheme.gpu_collectors,
+            cfg.sync.name,
+        )
     placement.apply()  # before any process group: NCCL binds to the current device
     if layout.is_trainer:
-        cfg.trainer.device = placement.device  # resolved (cuda:<i> or cpu): where the algorithm lives
+        cfg.trainer.device = (
+            placement.device
+        )  # resolved (cuda:<i> or cpu): where the algorithm lives
     if layout.rank != 0:
         logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
     lock = None
@@ -190,12 +226,22 @@ def main(raw: DictConfig) -> None:
         if not layout.single_process:
             # The scheme's own groups wait as long as the harness's longest wait on the weights.
             wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
-            groups = init_distributed(layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s, sweep_job)
-        run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, f"{cfg.algo_env}-seed{cfg.seed}", layout).resolve()
-        cfg.run_dir = str(run_dir)  # resolved, the same on every rank (collectors write videos there)
-        with cli.user_errors():  # a run directory that is not this run's: refused on every rank, said by rank 0
+            groups = init_distributed(
+                layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s, sweep_job
+            )
+        run_dir = resolve_run_dir(
+            cfg.run_dir, cfg.runs_root, cfg.run_name, f"{cfg.algo_env}-seed{cfg.seed}", layout
+        ).resolve()
+        cfg.run_dir = str(
+            run_dir
+        )  # resolved, the same on every rank (collectors write videos there)
+        with (
+            cli.user_errors()
+        ):  # a run directory that is not this run's: refused on every rank, said by rank 0
             lock = open_run_dir(cfg, raw, layout, run_dir)
-        placements = describe_all(placement, not layout.single_process)  # also: no rank reads run_dir before prepare
+        placements = describe_all(
+            placement, not layout.single_process
+        )  # also: no rank reads run_dir before prepare
         if layout.rank == 0:
             log.info("run_dir: %s", run_dir)
             log.info("%s\n%s", layout.describe(), placements)

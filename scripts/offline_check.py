@@ -60,8 +60,12 @@ class Task:
 
 
 TASKS = {
-    "pendulum": Task("pendulum", "sac_pendulum", frames=4500, every=256, band=(-700, -400), size=50_000),
-    "hopper": Task("hopper", "sac_hopper", frames=400_000, every=10_000, band=(1000, 1800), size=1_000_000),
+    "pendulum": Task(
+        "pendulum", "sac_pendulum", frames=4500, every=256, band=(-700, -400), size=50_000
+    ),
+    "hopper": Task(
+        "hopper", "sac_hopper", frames=400_000, every=10_000, band=(1000, 1800), size=1_000_000
+    ),
 }
 
 
@@ -71,7 +75,16 @@ def run(args: list[str], **kw) -> None:
 
 
 def torchrun(nproc: int, module: str, *overrides: str) -> None:
-    run([str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", module, *overrides])
+    run(
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            module,
+            *overrides,
+        ]
+    )
 
 
 def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium: Path) -> Path:
@@ -80,7 +93,13 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
     other seeds come from the same behaviour policy without probing again."""
     spec = TASKS[task]
     if not (expert / "checkpoints").exists():
-        torchrun(nproc, "harness.train", f"experiment={spec.expert}", f"run_dir={expert}", "logger.console=false")
+        torchrun(
+            nproc,
+            "harness.train",
+            f"experiment={spec.expert}",
+            f"run_dir={expert}",
+            "logger.console=false",
+        )
     if not (medium / "checkpoints").exists():
         torchrun(
             nproc,
@@ -113,10 +132,14 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
         if low <= behaviour <= high:
             chosen.write_text(checkpoint.name + "\n")
             return checkpoint
-    raise SystemExit(f"no checkpoint of {medium} scores inside {spec.band}: change the band or the run")
+    raise SystemExit(
+        f"no checkpoint of {medium} scores inside {spec.band}: change the band or the run"
+    )
 
 
-def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None) -> Path:
+def make_dataset(
+    task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None
+) -> Path:
     """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written unless it exists."""
     spec = TASKS[task]
     out = root / "datasets" / (f"{task}-medium" if seed == 1 else f"{task}-medium-seed{seed}")
@@ -139,7 +162,11 @@ def make_dataset(task: str, nproc: int, root: Path, seed: int, expert: Path | No
     return out
 
 
-SCORED_AT = (10_000, 50_000, 100_000)  # gradient steps the table gives the normalised score at (where run)
+SCORED_AT = (
+    10_000,
+    50_000,
+    100_000,
+)  # gradient steps the table gives the normalised score at (where run)
 
 
 def replace_section(out: Path, section: str) -> None:
@@ -158,12 +185,18 @@ def replace_section(out: Path, section: str) -> None:
     def key(line: str) -> tuple[str, ...]:
         return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
 
-    new_rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith(("| algorithm", "| ---"))]
+    new_rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---"))
+    ]
     replaced = {key(r) for r in new_rows}
     kept = [
         line
         for line in old.splitlines()
-        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---")) and key(line) not in replaced
+        if line.startswith("| ")
+        and not line.startswith(("| algorithm", "| ---"))
+        and key(line) not in replaced
     ]
     if kept:
         section = section.replace(new_rows[0], "\n".join([*kept, new_rows[0]]), 1)
@@ -172,10 +205,16 @@ def replace_section(out: Path, section: str) -> None:
 
 def evaluations(rows: list[dict]) -> list[tuple[float, float]]:
     """``(gradient steps, eval/return)`` of a metrics.csv's rows that have an evaluation."""
-    return [(float(r["gradient_steps"]), float(r["eval/return"])) for r in rows if r.get("eval/return") not in (None, "", "nan")]
+    return [
+        (float(r["gradient_steps"]), float(r["eval/return"]))
+        for r in rows
+        if r.get("eval/return") not in (None, "", "nan")
+    ]
 
 
-def normalised_at(rows: list[dict], steps: int, normalized: Callable[[float], float | None]) -> float:
+def normalised_at(
+    rows: list[dict], steps: int, normalized: Callable[[float], float | None]
+) -> float:
     """The normalised score of the newest evaluation at or before ``steps`` gradient steps; nan if the run
     had not got that far."""
     if float(rows[-1]["gradient_steps"]) < steps:
@@ -190,7 +229,9 @@ def score(normalised: float | None) -> str:
     return "-" if normalised is None else f"{normalised:.1f}"
 
 
-def offline_row(name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]) -> str:
+def offline_row(
+    name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]
+) -> str:
     """One table row from finished run directories: the final return (the mean of each seed's last three
     evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the behaviour return and
     the wall time (``time_s`` of each run's last row, mean over seeds)."""
@@ -200,7 +241,11 @@ def offline_row(name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, 
     spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
     at = []
     for steps in scored_at:
-        scores = [s for s in (normalised_at(rows, steps, meta.normalized) for rows in tables) if not math.isnan(s)]
+        scores = [
+            s
+            for s in (normalised_at(rows, steps, meta.normalized) for rows in tables)
+            if not math.isnan(s)
+        ]
         at.append(score(statistics.mean(scores) if scores else None))
     steps_run = int(float(tables[0][-1]["gradient_steps"]))
     verdict = "above" if mean > meta.behaviour_return else "NOT above"
@@ -220,21 +265,37 @@ def train_all(runs: list[tuple[Path, list[str]]], nproc: int, jobs: int) -> None
     while waiting or running:
         while waiting and len(running) < jobs:
             run_dir, overrides = waiting.pop(0)
-            args = [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", "-m", "harness.train", *overrides]
+            args = [
+                str(BIN / "torchrun"),
+                "--standalone",
+                f"--nproc_per_node={nproc}",
+                "-m",
+                "harness.train",
+                *overrides,
+            ]
             print("+", " ".join(args), flush=True)
             log = (run_dir.parent / f"{run_dir.name}.log").open("w")
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            running.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log.name))
+            running.append(
+                (
+                    subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
+                    log.name,
+                )
+            )
         done, log_name = running.pop(0)
         if done.wait() != 0:
             raise SystemExit(f"a run failed (exit {done.returncode}): {log_name} says why")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", choices=sorted(TASKS), default="pendulum")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--dataset-seed", type=int, default=1, help="seed of the dataset's rollouts (default 1)")
+    parser.add_argument(
+        "--dataset-seed", type=int, default=1, help="seed of the dataset's rollouts (default 1)"
+    )
     parser.add_argument(
         "--algos",
         nargs="*",
@@ -242,25 +303,56 @@ def main() -> None:
         default=["iql", "cql"],
         help="presets to train on the dataset (none: only make the dataset)",
     )
-    parser.add_argument("--gradient-steps", type=int, help="each run's budget (default: the preset's)")
-    parser.add_argument("--expert-run", type=Path, help="a finished run whose final policy is the expert (default: SAC's)")
     parser.add_argument(
-        "--behaviour-run", type=Path, help="a run whose checkpoints are the behaviour candidates (default: SAC's)"
+        "--gradient-steps", type=int, help="each run's budget (default: the preset's)"
     )
-    parser.add_argument("--root", type=Path, default=ROOT, help="where datasets/ and runs/offline/ go (default: the repository)")
+    parser.add_argument(
+        "--expert-run",
+        type=Path,
+        help="a finished run whose final policy is the expert (default: SAC's)",
+    )
+    parser.add_argument(
+        "--behaviour-run",
+        type=Path,
+        help="a run whose checkpoints are the behaviour candidates (default: SAC's)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="where datasets/ and runs/offline/ go (default: the repository)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
         default=ROOT / "docs" / "results.md",
         help="the markdown file whose section for this dataset gets the rows of the presets run",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="runs launched side by side (default 1)")
     parser.add_argument(
-        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides for every run (name them with --label)"
+        "--jobs", type=int, default=1, help="runs launched side by side (default 1)"
     )
-    parser.add_argument("--label", help="the runs' name beside the preset's, in their directories and table rows")
-    parser.add_argument("--scored-at", type=int, nargs="+", default=list(SCORED_AT), help="gradient steps the table scores at")
-    parser.add_argument("--summarize", action="store_true", help="run nothing: the table from the run directories there are")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides for every run (name them with --label)",
+    )
+    parser.add_argument(
+        "--label", help="the runs' name beside the preset's, in their directories and table rows"
+    )
+    parser.add_argument(
+        "--scored-at",
+        type=int,
+        nargs="+",
+        default=list(SCORED_AT),
+        help="gradient steps the table scores at",
+    )
+    parser.add_argument(
+        "--summarize",
+        action="store_true",
+        help="run nothing: the table from the run directories there are",
+    )
     args = parser.parse_args()
     if args.set and not args.label:
         raise SystemExit("--set changes the presets: name the runs with --label")
@@ -268,27 +360,43 @@ def main() -> None:
     runs = [r.resolve() if r else None for r in (args.expert_run, args.behaviour_run)]
     for given in filter(None, runs):
         if not (given / "checkpoints").is_dir():
-            raise SystemExit(f"{given} has no checkpoints/: --expert-run and --behaviour-run take finished run directories")
+            raise SystemExit(
+                f"{given} has no checkpoints/: --expert-run and --behaviour-run take finished run directories"
+            )
     data = make_dataset(args.task, nproc, args.root.resolve(), args.dataset_seed, *runs)
     if not args.algos:
         return
     _, meta = dataset.load(data)
     behaviour = meta.sources[0]  # the policy and checkpoint it was written with
-    other = "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"  # its runs and section are its own
+    other = (
+        "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"
+    )  # its runs and section are its own
     suffix = (other and f"-data{args.dataset_seed}") + (f"-{args.label}" if args.label else "")
     run_dirs = {
-        algo: [args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}" for seed in args.seeds]
+        algo: [
+            args.root.resolve() / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{seed}"
+            for seed in args.seeds
+        ]
         for algo in args.algos
     }
     if not args.summarize:
         launches = []
         for algo, dirs in run_dirs.items():
             for seed, run_dir in zip(args.seeds, dirs):
-                overrides = [f"experiment={algo}_{args.task}", f"dataset={data}", f"seed={seed}", f"run_dir={run_dir}"]
+                overrides = [
+                    f"experiment={algo}_{args.task}",
+                    f"dataset={data}",
+                    f"seed={seed}",
+                    f"run_dir={run_dir}",
+                ]
                 overrides += ["checkpoint.resume=false", "logger.console=false", *args.set]
-                overrides += [f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []
+                overrides += (
+                    [f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []
+                )
                 launches.append((run_dir, overrides))
-        (args.root.resolve() / "runs" / "offline").mkdir(parents=True, exist_ok=True)  # the runs' logs go beside them
+        (args.root.resolve() / "runs" / "offline").mkdir(
+            parents=True, exist_ok=True
+        )  # the runs' logs go beside them
         train_all(launches, nproc, args.jobs)
     episodes = OmegaConf.load(
         run_dirs[args.algos[0]][0] / "config.yaml"

@@ -43,7 +43,9 @@ def use_project_venv() -> None:
     """Run again under the repository's .venv, if there is one and this is another Python."""
     venv = Path(__file__).resolve().parents[1] / ".venv"
     if (venv / "bin" / "python").exists() and Path(sys.prefix).resolve() != venv.resolve():
-        os.execv(str(venv / "bin" / "python"), [str(venv / "bin" / "python"), __file__, *sys.argv[1:]])
+        os.execv(
+            str(venv / "bin" / "python"), [str(venv / "bin" / "python"), __file__, *sys.argv[1:]]
+        )
 
 
 use_project_venv()
@@ -52,7 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 try:
     import matplotlib
 except ImportError:
-    sys.exit("scripts/plot.py needs matplotlib: run it as scripts/plot.sh, which installs the project first")
+    sys.exit(
+        "scripts/plot.py needs matplotlib: run it as scripts/plot.sh, which installs the project first"
+    )
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -81,7 +85,9 @@ def load_groups(run_dirs: list[Path], label: str | None = None) -> list[Group]:
     return group_runs(runs, label)
 
 
-def draw(groups: list[Group], how: str = "mean", title: str | None = None) -> tuple[Figure, list[list[Panel]]]:
+def draw(
+    groups: list[Group], how: str = "mean", title: str | None = None
+) -> tuple[Figure, list[list[Panel]]]:
     """The figure of ``groups`` (step and wall-time panels, the legend below them, outside
     both, so that it hides no point), and what each group drew on each panel."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
@@ -126,7 +132,12 @@ def draw_panel(ax, p: Panel, color: str, label: str | None) -> None:
 
 def common_title(groups: list[Group]) -> str:
     """The algorithm and env every group shares, if they share one ("" otherwise)."""
-    heads = {(c.get("algo.name"), c.get("env.id")) for g in groups for c in [g.runs[0].config] if c is not None}
+    heads = {
+        (c.get("algo.name"), c.get("env.id"))
+        for g in groups
+        for c in [g.runs[0].config]
+        if c is not None
+    }
     if len(heads) != 1 or len(groups) == 1:
         return ""
     algo, env = heads.pop()
@@ -134,7 +145,11 @@ def common_title(groups: list[Group]) -> str:
 
 
 def plot_runs(
-    run_dirs: list[Path], out: Path, title: str | None = None, label: str | None = None, how: str = "mean"
+    run_dirs: list[Path],
+    out: Path,
+    title: str | None = None,
+    label: str | None = None,
+    how: str = "mean",
 ) -> list[Group]:
     """``out``: the runs grouped by config (with ``label``, every run is one group of that name: a preset's)."""
     groups = load_groups(run_dirs, label)
@@ -151,7 +166,8 @@ def plot_presets(root: Path, out_dir: Path, how: str = "mean") -> None:
         seeds = sorted(
             d
             for d in preset_dir.glob("seed-*")
-            if (d / "metrics.csv").exists() and len((d / "metrics.csv").read_text().splitlines()) > 1
+            if (d / "metrics.csv").exists()
+            and len((d / "metrics.csv").read_text().splitlines()) > 1
         )
         if not seeds:
             continue
@@ -188,12 +204,20 @@ def plot_bench(path: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="*", type=Path, help="run directories")
     parser.add_argument("--bench", type=Path, help="a benchmark JSON instead of runs")
-    parser.add_argument("--presets", type=Path, help="a root of <preset>/seed-<n> run directories: one PNG per preset")
+    parser.add_argument(
+        "--presets",
+        type=Path,
+        help="a root of <preset>/seed-<n> run directories: one PNG per preset",
+    )
     parser.add_argument("--out", type=Path, help="the PNG to write")
-    parser.add_argument("--out-dir", type=Path, default=Path("docs"), help="with --presets: where the PNGs go")
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("docs"), help="with --presets: where the PNGs go"
+    )
     parser.add_argument(
         "--aggregate",
         choices=list(AGGREGATES),

@@ -51,12 +51,16 @@ class Published:
     task: str
     score: str  # mean ± std over seeds, and where it comes from
     frames: int  # the budget it was published at
-    launch: tuple[str, ...] = ()  # what to train, where the name is not itself a preset: experiment=... and overrides
+    launch: tuple[
+        str, ...
+    ] = ()  # what to train, where the name is not itself a preset: experiment=... and overrides
     nproc: int = 2  # torchrun's processes: 1 trainer + the collectors the preset's settings are for
 
 
 PRESETS = {
-    "ppo_cartpole": Published("PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000, nproc=3),
+    "ppo_cartpole": Published(
+        "PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000, nproc=3
+    ),
     "dqn_cartpole": Published("DQN", "CartPole-v1", "489 ± 16 (CleanRL)", 500_000),
     "sac_pendulum": Published("SAC", "Pendulum-v1", "about -150", 20_000),
     "td3_pendulum": Published("TD3", "Pendulum-v1", "about -150", 20_000),
@@ -65,8 +69,16 @@ PRESETS = {
     "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
     "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
-    "ppo_atari": Published("PPO", "Breakout (ALE v5, envpool's settings)", "415 (CleanRL, envpool)", 10_000_000, nproc=3),
-    "dqn_atari": Published("DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000, nproc=3),
+    "ppo_atari": Published(
+        "PPO",
+        "Breakout (ALE v5, envpool's settings)",
+        "415 (CleanRL, envpool)",
+        10_000_000,
+        nproc=3,
+    ),
+    "dqn_atari": Published(
+        "DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000, nproc=3
+    ),
     "ppo_atari_pong": Published(
         "PPO",
         "Pong (ALE v5, envpool's settings)",
@@ -89,7 +101,9 @@ class Run:
     source: str  # eval or train
     train: float  # train_return's
     wall_s: float
-    progress: tuple[float, ...]  # train_return at 25%, 50% and 100% of the budget (nan before the run gets there)
+    progress: tuple[
+        float, ...
+    ]  # train_return at 25%, 50% and 100% of the budget (nan before the run gets there)
 
     @property
     def finished(self) -> bool:
@@ -144,8 +158,21 @@ def read_run(run_dir: Path) -> Run | None:
         return None
     final, source = final_return(rows)
     seed = run_dir.name.removeprefix("seed-")
-    frames, wall_s, budget = int(float(rows[-1]["frames"])), float(rows[-1]["time_s"]), budget_of(run_dir)
-    return Run(seed, frames, budget, final, source, train_return(rows), wall_s, progress(rows, budget or frames))
+    frames, wall_s, budget = (
+        int(float(rows[-1]["frames"])),
+        float(rows[-1]["time_s"]),
+        budget_of(run_dir),
+    )
+    return Run(
+        seed,
+        frames,
+        budget,
+        final,
+        source,
+        train_return(rows),
+        wall_s,
+        progress(rows, budget or frames),
+    )
 
 
 def seed_dirs(runs_root: Path, preset: str, seeds: list[int] | None) -> list[Path]:
@@ -171,10 +198,15 @@ def summary_row(preset: str, runs: list[Run]) -> str:
     if unfinished:
         notes.append(
             "in progress or stopped: "
-            + ", ".join(f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "") for r in unfinished)
+            + ", ".join(
+                f"seed {r.seed} at {r.frames:,}" + (f" of {r.budget:,}" if r.budget else "")
+                for r in unfinished
+            )
         )
     wall = statistics.mean(r.wall_s for r in runs)
-    at_shares = " / ".join(mean_over_reached([r.progress[i] for r in runs]) for i in range(len(PROGRESS)))
+    at_shares = " / ".join(
+        mean_over_reached([r.progress[i] for r in runs]) for i in range(len(PROGRESS))
+    )
     return (
         f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
         f"{mean_sd(finals)} ({sources}) | {at_shares} | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
@@ -193,7 +225,9 @@ def mean_over_reached(values: list[float]) -> str:
     reached = [v for v in values if not math.isnan(v)]
     if not reached:
         return "-"
-    return mean_sd(reached) + (f" ({len(reached)} of {len(values)} seeds)" if len(reached) < len(values) else "")
+    return mean_sd(reached) + (
+        f" ({len(reached)} of {len(values)} seeds)" if len(reached) < len(values) else ""
+    )
 
 
 def short(frames: int) -> str:
@@ -201,7 +235,9 @@ def short(frames: int) -> str:
     return f"{frames / 1e6:g}M" if frames >= 1_000_000 else f"{frames / 1e3:g}k"
 
 
-def command(preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool) -> list[str]:
+def command(
+    preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool
+) -> list[str]:
     """The torchrun command line of one preset and seed."""
     nproc = int(os.environ.get("NPROC", PRESETS[preset].nproc))
     cmd = [
@@ -230,17 +266,33 @@ def launch(preset: str, seed: int, run_dir: Path, frames: int | None, start_over
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), help="these presets only")
     parser.add_argument(
-        "--seeds", type=int, nargs="+", help="seeds to run (default 1) or to summarise (default: every seed-* found)"
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="seeds to run (default 1) or to summarise (default: every seed-* found)",
     )
     parser.add_argument("--frames", type=int, help="cap every preset run at this many frames")
     parser.add_argument(
-        "--runs-root", type=Path, default=ROOT / "runs" / "sota", help="run directories: <root>/<preset>/seed-<n>"
+        "--runs-root",
+        type=Path,
+        default=ROOT / "runs" / "sota",
+        help="run directories: <root>/<preset>/seed-<n>",
     )
-    parser.add_argument("--summarize", action="store_true", help="run nothing: summarise the run directories there are")
-    parser.add_argument("--start-over", action="store_true", help="move an earlier run in a run directory aside first")
+    parser.add_argument(
+        "--summarize",
+        action="store_true",
+        help="run nothing: summarise the run directories there are",
+    )
+    parser.add_argument(
+        "--start-over",
+        action="store_true",
+        help="move an earlier run in a run directory aside first",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     args = parser.parse_args()
     failed = []
@@ -248,10 +300,20 @@ def main() -> None:
     for preset in args.only or PRESETS:
         if not args.summarize:
             for seed in args.seeds or [1]:
-                status = launch(preset, seed, args.runs_root / preset / f"seed-{seed}", args.frames, args.start_over)
+                status = launch(
+                    preset,
+                    seed,
+                    args.runs_root / preset / f"seed-{seed}",
+                    args.frames,
+                    args.start_over,
+                )
                 if status:
                     failed.append(f"{preset} seed {seed} (exit {status})")
-        runs = [run for d in seed_dirs(args.runs_root, preset, args.seeds) if (run := read_run(d)) is not None]
+        runs = [
+            run
+            for d in seed_dirs(args.runs_root, preset, args.seeds)
+            if (run := read_run(d)) is not None
+        ]
         if runs:
             lines.append(summary_row(preset, runs))
             print(lines[-1], flush=True)
@@ -281,7 +343,9 @@ def write_table(out: Path, lines: list[str]) -> None:
     rows = {
         key(line): line
         for line in head.splitlines()
-        if line.startswith("| ") and not line.startswith("| algorithm") and not line.startswith("| ---")
+        if line.startswith("| ")
+        and not line.startswith("| algorithm")
+        and not line.startswith("| ---")
     }
     rows.update({key(line): line for line in lines})
     out.write_text(

@@ -10,7 +10,11 @@ TIERS = ("unit", "multiprocess", "e2e", "slurm", "gpu")
 
 
 def pytest_collection_modifyitems(config, items):
-    untiered = [item.nodeid for item in items if sum(item.get_closest_marker(t) is not None for t in TIERS) != 1]
+    untiered = [
+        item.nodeid
+        for item in items
+        if sum(item.get_closest_marker(t) is not None for t in TIERS) != 1
+    ]
     if untiered:
         raise pytest.UsageError(f"tests need exactly one tier marker of {TIERS}: {untiered[:10]}")
 

@@ -58,7 +58,9 @@ class FlakyCartPole(CartPoleEnv):
         self.episode_steps += 1
         steps += 1
         obs, reward, terminated, truncated, info = super().step(action)
-        due = self.episode_steps == int(os.environ.get("FLAKY_STEP", 10)) and steps > int(os.environ.get("FLAKY_AFTER", 0))
+        due = self.episode_steps == int(os.environ.get("FLAKY_STEP", 10)) and steps > int(
+            os.environ.get("FLAKY_AFTER", 0)
+        )
         if due and failures < int(os.environ.get("FLAKY_FAILURES", 1)) and _claimed():
             failures += 1
             mode = os.environ.get("FLAKY_MODE", "raise")
@@ -69,7 +71,9 @@ class FlakyCartPole(CartPoleEnv):
             elif mode == "hang":
                 threading.Event().wait()  # a step that never returns
             elif mode == "hold":
-                ctypes.PyDLL(None).pause()  # PyDLL: the GIL stays held while pause() waits for a signal
+                ctypes.PyDLL(
+                    None
+                ).pause()  # PyDLL: the GIL stays held while pause() waits for a signal
             elif mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             elif mode == "segfault":

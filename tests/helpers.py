@@ -42,21 +42,42 @@ def launcher(nproc: int = 1, restarts: int = 0) -> list[str]:
     """``python`` for one process, else the real ``torchrun`` for ``nproc`` ranks."""
     if nproc == 1:
         return [sys.executable]
-    return [str(BIN / "torchrun"), "--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
+    return [
+        str(BIN / "torchrun"),
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        f"--max-restarts={restarts}",
+    ]
 
 
 def run_harness(
-    args: list[str], cwd: Path, nproc: int = 1, timeout: float = 300, env: dict | None = None, module: str = "harness.train"
+    args: list[str],
+    cwd: Path,
+    nproc: int = 1,
+    timeout: float = 300,
+    env: dict | None = None,
+    module: str = "harness.train",
 ) -> subprocess.CompletedProcess:
     """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
-    if nproc == 1 and module == "harness.train" and not any(a.startswith("trainer.threads=") for a in args):
+    if (
+        nproc == 1
+        and module == "harness.train"
+        and not any(a.startswith("trainer.threads=") for a in args)
+    ):
         args = [*args, *ONE_THREAD]  # last: flags such as Hydra's -m come first
     return subprocess.run(
-        [*launcher(nproc), "-m", module, *args], cwd=cwd, env=launch_env(env), capture_output=True, text=True, timeout=timeout
+        [*launcher(nproc), "-m", module, *args],
+        cwd=cwd,
+        env=launch_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
-def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0, launch: bool = False) -> subprocess.Popen:
+def start_harness(
+    args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0, launch: bool = False
+) -> subprocess.Popen:
     """The same, in the background (output merged), for tests that signal or kill it.
     ``launch``: through ``harness.cli.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
     start = launcher(nproc, restarts)
@@ -74,7 +95,9 @@ def start_harness(args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0,
 
 def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
     """The pid of the worker with RANK=rank among torchrun's children."""
-    children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    children = subprocess.run(
+        ["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True
+    ).stdout.split()
     for pid in children:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         if f"RANK={rank}".encode() in environ:

@@ -71,7 +71,9 @@ def import_graph() -> dict[str, dict[str, int]]:
     graph: dict[str, dict[str, int]] = {}
     for module, path in known.items():
         edges: dict[str, int] = {}
-        names = imported_names(ast.parse(path.read_text(), str(path)), module, path.name == "__init__.py")
+        names = imported_names(
+            ast.parse(path.read_text(), str(path)), module, path.name == "__init__.py"
+        )
         for name, line in names:
             target = name if name in known else name.rpartition(".")[0]
             if target in known and target != module:
@@ -175,15 +177,23 @@ def test_modules_and_functions_stay_small_enough_to_read():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
-                    too_long.append(f"{module}.{node.name} (line {node.lineno}): {length} lines (at most {MAX_FUNCTION_LINES})")
+                    too_long.append(
+                        f"{module}.{node.name} (line {node.lineno}): {length} lines (at most {MAX_FUNCTION_LINES})"
+                    )
     assert not too_long, "split these:\n" + "\n".join(too_long)
 
 
-@pytest.mark.parametrize("command", [["check", "--output-format", "concise"], ["format", "--check"]], ids=["lint", "format"])
+@pytest.mark.parametrize(
+    "command",
+    [["check", "--output-format", "concise"], ["format", "--check"]],
+    ids=["lint", "format"],
+)
 def test_ruff_finds_nothing_to_fix(command):
     # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra. Fix with `ruff check --fix` / `ruff format`.
     ruff = Path(sys.executable).parent / "ruff"
-    out = subprocess.run([str(ruff), *command, "--no-cache", str(ROOT)], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(ruff), *command, "--no-cache", str(ROOT)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
 
 
@@ -195,6 +205,15 @@ def test_no_two_packages_import_each_other():
 
     between: dict[str, set[str]] = {}
     for module, edges in import_graph().items():
-        between.setdefault(room(module), set()).update(room(t) for t in edges if room(t) != room(module))
-    both = sorted({tuple(sorted((a, b))) for a, rooms in between.items() for b in rooms if a in between.get(b, set())})
+        between.setdefault(room(module), set()).update(
+            room(t) for t in edges if room(t) != room(module)
+        )
+    both = sorted(
+        {
+            tuple(sorted((a, b)))
+            for a, rooms in between.items()
+            for b in rooms
+            if a in between.get(b, set())
+        }
+    )
     assert not both, f"packages that import each other: {both}"

@@ -13,7 +13,13 @@ pytestmark = pytest.mark.unit
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Where a path in a doc starts when it names a file of this repository (runs/ and datasets/ are what runs write).
 TOP = ("harness/", "conf/", "scripts/", "tests/", "slurm/", "benchmarks/", "docs/", ".ci/")
-FILES = ("pyproject.toml", "constraints.txt", "README.md", "CONTRIBUTING.md", ".pre-commit-config.yaml")
+FILES = (
+    "pyproject.toml",
+    "constraints.txt",
+    "README.md",
+    "CONTRIBUTING.md",
+    ".pre-commit-config.yaml",
+)
 PLACEHOLDER = re.compile(r"[<>{}$]|\.\.\.|…")
 
 
@@ -27,16 +33,26 @@ def code_spans(text: str) -> list[str]:
 
 def named_paths(doc: Path) -> set[str]:
     words = {w.rstrip(".:;") for w in code_spans(doc.read_text())}
-    return {w.split("::")[0] for w in words if (w.startswith(TOP) or w in FILES) and not PLACEHOLDER.search(w)}
+    return {
+        w.split("::")[0]
+        for w in words
+        if (w.startswith(TOP) or w in FILES) and not PLACEHOLDER.search(w)
+    }
 
 
 def named_modules(doc: Path) -> set[str]:
-    return {m for m in re.findall(r"\bharness(?:\.[a-z_]+)+", doc.read_text()) if not m.endswith((".py", ".md"))}
+    return {
+        m
+        for m in re.findall(r"\bharness(?:\.[a-z_]+)+", doc.read_text())
+        if not m.endswith((".py", ".md"))
+    }
 
 
 def links(doc: Path) -> set[str]:
     return {
-        t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()) if not t.startswith(("http", "mailto:", "#"))
+        t.split("#")[0]
+        for t in re.findall(r"\]\(([^)\s]+)\)", doc.read_text())
+        if not t.startswith(("http", "mailto:", "#"))
     }
 
 
@@ -70,7 +86,12 @@ def test_a_missing_path_module_or_link_is_found(tmp_path):
         "Run `python -m harness.dataset` or `harness/dataset.py`, see [there](nowhere.md);\n"
         "```bash\nscripts/plot.py runs/<name> --out runs/<name>/curves.png\n```\n"
     )
-    assert named_paths(doc) == {"harness/dataset.py", "scripts/plot.py"}  # runs/<name>: what a run writes
+    assert named_paths(doc) == {
+        "harness/dataset.py",
+        "scripts/plot.py",
+    }  # runs/<name>: what a run writes
     assert not any(ROOT.glob("harness/dataset.py")) and not _module_or_attr("harness.dataset")
-    assert _module_or_attr("harness.cli.launch.main") and _module_or_attr("harness.testing.spawn.run_ranks")
+    assert _module_or_attr("harness.cli.launch.main") and _module_or_attr(
+        "harness.testing.spawn.run_ranks"
+    )
     assert links(doc) == {"nowhere.md"}

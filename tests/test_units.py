@@ -47,9 +47,13 @@ def test_schema_is_sorted_and_names_the_first_difference():
 
 @pytest.mark.unit
 def test_pack_puts_every_leaf_in_one_buffer():
-    packed = pack(TensorDict(x=torch.ones(3), y=TensorDict(z=torch.full((2,), 7, dtype=torch.int64))))
+    packed = pack(
+        TensorDict(x=torch.ones(3), y=TensorDict(z=torch.full((2,), 7, dtype=torch.int64)))
+    )
     buf = buffer_of(packed)
-    assert buf.dtype == torch.uint8 and 3 * 4 + 2 * 8 <= buf.numel() <= 3 * 4 + 2 * 8 + 8  # + alignment
+    assert (
+        buf.dtype == torch.uint8 and 3 * 4 + 2 * 8 <= buf.numel() <= 3 * 4 + 2 * 8 + 8
+    )  # + alignment
     buf.zero_()
     assert packed["x"].sum() == 0 and packed["y", "z"].sum() == 0
 
@@ -58,7 +62,9 @@ def test_pack_puts_every_leaf_in_one_buffer():
 def test_buffer_of_is_the_one_storage_every_leaf_views_and_nothing_else():
     packed = pack(TensorDict(a=torch.ones(3), b=torch.zeros(0), c=torch.ones((), dtype=torch.bool)))
     buf = buffer_of(packed)
-    assert buf.data_ptr() == packed["a"].untyped_storage().data_ptr() and buf.numel() == 16 + 8  # each leaf padded to 8 bytes
+    assert (
+        buf.data_ptr() == packed["a"].untyped_storage().data_ptr() and buf.numel() == 16 + 8
+    )  # each leaf padded to 8 bytes
     with pytest.raises(TypeError, match="pack"):
         buffer_of(TensorDict(a=torch.ones(3)))
 
@@ -68,7 +74,9 @@ def test_rebased_payload_writes_straight_into_its_buffer_and_alias_points_models
     trainer, collector = nn.Linear(3, 2), nn.Linear(3, 2)
     pack_parameters_(trainer)  # packed like the payload: the write is one flat copy
     template = Payload.from_models({"policy": trainer})
-    slot = Payload.from_models({"policy": trainer}).rebase(torch.zeros(template.buffer.numel(), dtype=torch.uint8))
+    slot = Payload.from_models({"policy": trainer}).rebase(
+        torch.zeros(template.buffer.numel(), dtype=torch.uint8)
+    )
     slot.write(weights_of({"policy": trainer}), Header(4))
     assert slot.header().version == 4 and template.header().version == 0
     live = Payload.from_models({"policy": collector})
@@ -85,7 +93,9 @@ def test_schema_errors_live_with_the_handshake_and_transports_fit_the_contract()
     assert SchemaMismatchError is handshake.SchemaMismatchError
     end = Endpoint(0, "trainer", "gloo")
     assert all(isinstance(s, Sink) for s in (BroadcastSink(end, None, 1.0, None), ShmSink(0, 1)))
-    assert all(isinstance(s, Source) for s in (BroadcastSource(end, None, 0, None), ShmSource(0.001)))
+    assert all(
+        isinstance(s, Source) for s in (BroadcastSource(end, None, 0, None), ShmSource(0.001))
+    )
 
 
 @pytest.mark.unit
@@ -131,12 +141,20 @@ def test_csv_log_widens_its_header_when_a_metric_appears(tmp_path):
     log.write({"frames": 2, "a": 2.0, "b": 3.0})
     log.write({"frames": 3, "a": 4.0})
     rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
-    assert [r["frames"] for r in rows] == ["1", "2", "3"] and rows[1]["b"] == "3.0" and rows[0]["b"] == ""
+    assert (
+        [r["frames"] for r in rows] == ["1", "2", "3"]
+        and rows[1]["b"] == "3.0"
+        and rows[0]["b"] == ""
+    )
 
 
 @pytest.mark.unit
 def test_rank_lists_read_as_ranges():
     from harness.distributed.roll_call import RollCall, ranks_text
 
-    assert ranks_text([8, 1, 2, 3, 5, 7]) == "1-3, 5, 7-8" and ranks_text([4]) == "4" and ranks_text([]) == ""
+    assert (
+        ranks_text([8, 1, 2, 3, 5, 7]) == "1-3, 5, 7-8"
+        and ranks_text([4]) == "4"
+        and ranks_text([]) == ""
+    )
     assert RollCall(None, "joined").behind([1, 2]) is None  # no store: nobody can be named

@@ -22,7 +22,14 @@ from harness.algos.sac import SAC
 from harness.algos.td3 import TD3
 from harness.core.specs import EnvSpec
 
-ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "td3": TD3, "dqn": DQN, "iql": IQL, "cql": CQL}
+ALGOS: dict[str, type[Algorithm]] = {
+    "ppo": PPO,
+    "sac": SAC,
+    "td3": TD3,
+    "dqn": DQN,
+    "iql": IQL,
+    "cql": CQL,
+}
 DISCRETE_FORMS: dict[str, type[Algorithm]] = {"cql": DiscreteCQL}
 
 
@@ -53,4 +60,12 @@ def check_observations(name: str, cfg: AlgoConfig, spec: EnvSpec, env_id: str) -
         )
 
 
-__all__ = ["ALGOS", "DISCRETE_FORMS", "AlgoConfig", "Algorithm", "Policy", "algorithm_for", "check_observations"]
+__all__ = [
+    "ALGOS",
+    "DISCRETE_FORMS",
+    "AlgoConfig",
+    "Algorithm",
+    "Policy",
+    "algorithm_for",
+    "check_observations",
+]

@@ -37,11 +37,15 @@ class AlgoConfig:
     amp: str = "off"  # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the measurements
     # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
     normalize_obs: bool = False
-    obs_clip: float = ranged(10.0, POSITIVE)  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
+    obs_clip: float = ranged(
+        10.0, POSITIVE
+    )  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_DTYPES:
-            raise ValueError(f"algo.amp={self.amp!r}: choose off (float32) or bf16 (autocast to bfloat16)")
+            raise ValueError(
+                f"algo.amp={self.amp!r}: choose off (float32) or bf16 (autocast to bfloat16)"
+            )
         check_ranges(self, "algo", f"algo={self.name}")  # every field's declared range (``ranged``)
 
 
@@ -62,9 +66,13 @@ class Policy(nn.Module, abc.ABC):
     the evaluation action (the mode, no exploration noise)."""
 
     @abc.abstractmethod
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict: ...
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict: ...
 
-    def act(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def act(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         """``forward`` for CPU observations, wherever the weights are: with
         ``sync=nccl`` a collector's policy views a buffer on its GPU, so the
         observations go there once per step and the outputs come back once."""
@@ -79,7 +87,9 @@ class Policy(nn.Module, abc.ABC):
             return self
         device = weight.device
 
-        def on_device(obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+        def on_device(
+            obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+        ) -> TensorDict:
             return self(obs.to(device, non_blocking=True), values, deterministic).to("cpu")
 
         return on_device
@@ -95,7 +105,9 @@ class NormalizedPolicy(Policy):
         super().__init__()
         self.policy, self.obs_norm = policy, obs_norm
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         return self.policy(self.obs_norm(obs), values, deterministic)
 
 
@@ -150,16 +162,24 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
         self.device = torch.device(device)  # where networks live and batches are moved to
-        self.to_device = HostToDevice(self.device)  # each update's batch, once, through pinned memory
+        self.to_device = HostToDevice(
+            self.device
+        )  # each update's batch, once, through pinned memory
         self.amp_dtype = AMP_DTYPES[cfg.amp]
         self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
         # What collectors run (``make_models``'), trained here; packed into one buffer before any optimiser
         # sees it, so that publishing is one copy.
-        self.models = {name: model.to(self.device) for name, model in self.make_models(cfg, spec).items()}
+        self.models = {
+            name: model.to(self.device) for name, model in self.make_models(cfg, spec).items()
+        }
         pack_parameters_(nn.ModuleDict(self.models))
         self.policy = cast(PolicyT, self.models["policy"])
-        self.obs_norm = cast(Optional[ObsNormalizer], self.models.get("obs_norm"))  # updated by ``update``, from raw frames
-        if self.compile_by_default if cfg.compile is None else cfg.compile:  # compiled lazily, at the first call
+        self.obs_norm = cast(
+            Optional[ObsNormalizer], self.models.get("obs_norm")
+        )  # updated by ``update``, from raw frames
+        if (
+            self.compile_by_default if cfg.compile is None else cfg.compile
+        ):  # compiled lazily, at the first call
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 
@@ -206,7 +226,11 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def acting_policy(models: Mapping[str, nn.Module]) -> Policy:
         """What steps the envs, from ``make_models``' models: the policy, behind the normaliser if there is one."""
         policy = cast(Policy, models["policy"])  # make_policy's
-        return NormalizedPolicy(policy, cast(ObsNormalizer, models["obs_norm"])) if "obs_norm" in models else policy
+        return (
+            NormalizedPolicy(policy, cast(ObsNormalizer, models["obs_norm"]))
+            if "obs_norm" in models
+            else policy
+        )
 
     def published_models(self) -> dict[str, nn.Module]:
         """The models whose weights travel to collectors, by name (``make_models``')."""
@@ -220,7 +244,9 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         """``batch`` with ``obs`` and ``next_obs`` as the networks see them (``normalized``)."""
         if self.obs_norm is None:
             return batch
-        return batch.set("obs", self.obs_norm(batch["obs"])).set("next_obs", self.obs_norm(batch["next_obs"]))
+        return batch.set("obs", self.obs_norm(batch["obs"])).set(
+            "next_obs", self.obs_norm(batch["next_obs"])
+        )
 
     @abc.abstractmethod
     def update(self, batches: list[TensorDict], frames: int) -> Mapping[str, torch.Tensor | float]:
@@ -240,7 +266,10 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
 
     def stateful(self) -> dict[str, Stateful]:
         """``checkpointed``'s, and the observation normaliser's statistics when there is one."""
-        return {**self.checkpointed(), **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {})}
+        return {
+            **self.checkpointed(),
+            **({"obs_norm": self.obs_norm} if self.obs_norm is not None else {}),
+        }
 
     def state_dict(self) -> dict:
         """Every ``stateful`` object's state, and ``gradient_steps`` (schedules count them: CQL's
@@ -248,7 +277,9 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         packed buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
         return {
             **{
-                name: {k: v.clone() for k, v in obj.state_dict().items()} if isinstance(obj, nn.Module) else obj.state_dict()
+                name: {k: v.clone() for k, v in obj.state_dict().items()}
+                if isinstance(obj, nn.Module)
+                else obj.state_dict()
                 for name, obj in self.stateful().items()
             },
             "gradient_steps": self.gradient_steps,
@@ -257,4 +288,6 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def load_state_dict(self, state: dict) -> None:
         for name, obj in self.stateful().items():
             obj.load_state_dict(state[name])
-        self.gradient_steps = int(state.get("gradient_steps", 0))  # older checkpoints lack it (TrainerState)
+        self.gradient_steps = int(
+            state.get("gradient_steps", 0)
+        )  # older checkpoints lack it (TrainerState)

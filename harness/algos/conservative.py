@@ -27,19 +27,28 @@ class CQLConfig(OfflineConfig):
     )  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
     temperature: float = ranged(1.0, POSITIVE)  # of the soft maximum
     lagrange: bool = False  # continuous: tune the penalty's weight towards target_action_gap
-    target_action_gap: float = ranged(10.0, NON_NEGATIVE)  # with lagrange: the wanted soft-max(Q) - Q(data) gap
-    actor_lr: float = ranged(1e-4, POSITIVE)  # continuous: actor's and entropy weight's Adam learning rate
+    target_action_gap: float = ranged(
+        10.0, NON_NEGATIVE
+    )  # with lagrange: the wanted soft-max(Q) - Q(data) gap
+    actor_lr: float = ranged(
+        1e-4, POSITIVE
+    )  # continuous: actor's and entropy weight's Adam learning rate
     # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising Q (the CQL
     # paper's code, 10k-40k steps): the critics' targets then use actions near the data's from the start.
     bc_steps: int = ranged(0, NON_NEGATIVE)
-    critic_lr: float = ranged(3e-4, POSITIVE)  # critics' (and the Lagrange weight's) Adam learning rate
+    critic_lr: float = ranged(
+        3e-4, POSITIVE
+    )  # critics' (and the Lagrange weight's) Adam learning rate
     tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient (discrete: 1 copies)
     target_update_every: int = ranged(1, AT_LEAST_ONE)  # gradient steps between target updates
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers
 
 
 def cql_penalty(
-    q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor, temperature: float = 1.0
+    q_sampled: torch.Tensor,
+    log_density: torch.Tensor,
+    q_data: torch.Tensor,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """``mean(T * logsumexp((Q(s, a_i) - log p(a_i)) / T, i) - Q(s, a_data))``:
     a soft maximum of Q over sampled actions ``[..., B, N]`` (importance-weighted

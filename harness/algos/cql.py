@@ -39,7 +39,9 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     compile_by_default = True  # 0.84x the eager step; its ~30 s of compiling paid back within 1k steps (docs/algorithms.md)
     policy: SACPolicy
 
-    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         # The critics' side: twin critics, and the penalty's Lagrange multiplier.
         self.critics = Critics(spec, cfg.hidden).to(self.device)
@@ -52,11 +54,17 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         self.alpha_optimizer = adam(self.log_alpha.parameters(), lr=cfg.actor_lr)
         self.target_entropy = -float(spec.num_actions)
         # Uniform actions have density 1 / volume of the action box (from the spec: a number, not a device read).
-        self.uniform_log_density = -sum(math.log(high - low) for low, high in zip(spec.action_low, spec.action_high))
+        self.uniform_log_density = -sum(
+            math.log(high - low) for low, high in zip(spec.action_low, spec.action_high)
+        )
 
     @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> Policy:
-        require_actions(spec, False, "continuous CQL needs continuous actions; algo=cql on discrete ones is discrete CQL")
+        require_actions(
+            spec,
+            False,
+            "continuous CQL needs continuous actions; algo=cql on discrete ones is discrete CQL",
+        )
         return SACPolicy(spec, cfg.hidden)
 
     def checkpointed(self) -> dict[str, Stateful]:
@@ -78,13 +86,24 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         if self.gradient_steps <= self.cfg.bc_steps:
             objective = self.policy.log_prob(obs, data_action)
         else:
-            objective = self.critics(obs, pi_action, frozen=True).min(0).values  # the gradient reaches the actor only
+            objective = (
+                self.critics(obs, pi_action, frozen=True).min(0).values
+            )  # the gradient reaches the actor only
         actor_loss = (alpha * log_prob - objective).mean()
         step(self.actor_optimizer, actor_loss)
-        step(self.alpha_optimizer, -(self.log_alpha() * (log_prob.detach() + self.target_entropy)).mean())
-        return {"train/actor_loss": actor_loss.detach(), "train/alpha": alpha, "train/entropy": -log_prob.detach().mean()}
+        step(
+            self.alpha_optimizer,
+            -(self.log_alpha() * (log_prob.detach() + self.target_entropy)).mean(),
+        )
+        return {
+            "train/actor_loss": actor_loss.detach(),
+            "train/alpha": alpha,
+            "train/entropy": -log_prob.detach().mean(),
+        }
 
-    def sampled_actions(self, obs: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sampled_actions(
+        self, obs: torch.Tensor, next_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For the penalty, ``n_actions`` each of uniform actions, pi(s) and pi(s'), ``[B, 3N, A]``, and their
         log densities ``[B, 3N]``; and one more pi(s') ``[B, A]`` for the TD target. The actor runs once
         per observation (``sample(obs, n)``)."""
@@ -97,7 +116,9 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         uniform = torch.full((b, n), self.uniform_log_density, device=obs.device)
         return sampled, torch.cat([uniform, logp_now, logp_next[:, 1:]], 1), pi_next[:, 0]
 
-    def critic_losses(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def critic_losses(
+        self, batch: TensorDict
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Both critics' TD loss, each critic's conservative gap ``[2]``, Q on the dataset's actions ``[2, B]``,
         and diagnostics: mean Q on the uniform and the pi(s) samples, mean TD target."""
         obs, next_obs = batch["obs"], batch["next_obs"]
@@ -118,7 +139,12 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
             "train/target_q": target.mean(),
             "train/policy_share": weights[..., n:].sum(-1).mean(),
         }
-        return td_loss, cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature), q_data, diagnostics
+        return (
+            td_loss,
+            cql_penalty(q[..., 1:], log_density, q_data, self.cfg.temperature),
+            q_data,
+            diagnostics,
+        )
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
@@ -127,7 +153,10 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         if cfg.lagrange:
             alpha_prime = self.alpha_prime().clamp(0.0, 1e6)
             penalty = alpha_prime.detach() * cfg.cql_alpha * (gaps - cfg.target_action_gap).sum()
-            step(self.alpha_prime_optimizer, -alpha_prime * cfg.cql_alpha * (gaps.detach() - cfg.target_action_gap).sum() / 2)
+            step(
+                self.alpha_prime_optimizer,
+                -alpha_prime * cfg.cql_alpha * (gaps.detach() - cfg.target_action_gap).sum() / 2,
+            )
         else:
             penalty = cfg.cql_alpha * gaps.sum()
         step(self.q_optimizer, td_loss + penalty)

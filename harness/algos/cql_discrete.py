@@ -29,14 +29,22 @@ class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
 
     Config = CQLConfig
     compiled = ("losses",)
-    takes_pixels = True  # QPolicy's network is the Nature CNN on images, as DQN's (the CQL paper's Atari runs)
+    takes_pixels = (
+        True  # QPolicy's network is the Nature CNN on images, as DQN's (the CQL paper's Atari runs)
+    )
 
     @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> QPolicy:
-        require_actions(spec, True, "discrete CQL needs discrete actions; algo=cql picks the continuous form for continuous ones")
+        require_actions(
+            spec,
+            True,
+            "discrete CQL needs discrete actions; algo=cql picks the continuous form for continuous ones",
+        )
         return QPolicy(spec, (cfg.hidden, cfg.hidden))
 
-    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.q_optimizer = adam(self.policy.parameters(), lr=cfg.critic_lr)
@@ -52,7 +60,11 @@ class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
             next_q = self.target.q(batch["next_obs"]).max(-1).values
             target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
         # Every action is "sampled" once with density 1: the soft maximum is the exact logsumexp.
-        return F.mse_loss(q_data, target), cql_penalty(q_all, torch.zeros_like(q_all), q_data, self.cfg.temperature), q_data
+        return (
+            F.mse_loss(q_data, target),
+            cql_penalty(q_all, torch.zeros_like(q_all), q_data, self.cfg.temperature),
+            q_data,
+        )
 
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         td_loss, penalty, q_data = self.losses(batch)

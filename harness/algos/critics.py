@@ -31,7 +31,10 @@ def critic_metrics(q: torch.Tensor, q_loss: torch.Tensor) -> dict[str, torch.Ten
     """``train/q_loss`` and each critic's mean value on the batch, ``train/q1``, ``train/q2``, ...
     (tensors: read once per log row, not once per step)."""
     means = q.detach().flatten(1).mean(1)
-    return {"train/q_loss": q_loss.detach(), **{f"train/q{i + 1}": mean for i, mean in enumerate(means)}}
+    return {
+        "train/q_loss": q_loss.detach(),
+        **{f"train/q{i + 1}": mean for i, mean in enumerate(means)},
+    }
 
 
 # On a CPU, rows per batched call: CQL's 7,936 (256 observations x 31 actions) in one call took 122 ms
@@ -49,16 +52,26 @@ class Ensemble(nn.Module):
         layers = zip(*([m for m in net if isinstance(m, nn.Linear)] for net in nets))
         weights, biases = [], []
         for linears in layers:  # layer by layer, every member's copy of it
-            weights.append(nn.Parameter(torch.stack([linear.weight.detach().T for linear in linears])))
-            biases.append(nn.Parameter(torch.stack([linear.bias.detach()[None] for linear in linears])))
+            weights.append(
+                nn.Parameter(torch.stack([linear.weight.detach().T for linear in linears]))
+            )
+            biases.append(
+                nn.Parameter(torch.stack([linear.bias.detach()[None] for linear in linears]))
+            )
         self.weight, self.bias = nn.ParameterList(weights), nn.ParameterList(biases)
 
-    def forward(self, x: torch.Tensor, members: int | None = None, frozen: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, members: int | None = None, frozen: bool = False
+    ) -> torch.Tensor:
         """The first ``members`` members (default: all) on ``x`` ``[M, in]``: ``[members, M, out]``.
         ``frozen``: no gradient for the weights (it still flows to ``x``)."""
         members = members or self.weight[0].shape[0]
-        if x.device.type == "cpu" and x.shape[0] > CPU_ROWS:  # in blocks whose activations stay in cache
-            return torch.cat([self.forward(block, members, frozen) for block in x.split(CPU_ROWS)], 1)
+        if (
+            x.device.type == "cpu" and x.shape[0] > CPU_ROWS
+        ):  # in blocks whose activations stay in cache
+            return torch.cat(
+                [self.forward(block, members, frozen) for block in x.split(CPU_ROWS)], 1
+            )
         h = x.expand(members, *x.shape)
         for i, (w, b) in enumerate(zip(self.weight, self.bias)):
             w, b = w[:members], b[:members]
@@ -67,7 +80,9 @@ class Ensemble(nn.Module):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weight) - 1:
                 h = torch.relu(h)
-        return h.float()  # float32 values under algo.amp too: TD targets and their errors need the precision
+        return (
+            h.float()
+        )  # float32 values under algo.amp too: TD targets and their errors need the precision
 
 
 class Critics(nn.Module):
@@ -76,7 +91,10 @@ class Critics(nn.Module):
     def __init__(self, spec: EnvSpec, hidden: int, members: int = 2):
         super().__init__()
         # Built as separate nets first, so that each member is initialised as one critic alone would be.
-        nets = [mlp(spec.obs_dim + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU) for _ in range(members)]
+        nets = [
+            mlp(spec.obs_dim + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
+            for _ in range(members)
+        ]
         self.online = Ensemble(nets)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
 
@@ -91,13 +109,23 @@ class Critics(nn.Module):
 
     @staticmethod
     def _evaluate(
-        net: Ensemble, obs: torch.Tensor, action: torch.Tensor, members: int | None = None, frozen: bool = False
+        net: Ensemble,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        members: int | None = None,
+        frozen: bool = False,
     ) -> torch.Tensor:
         x = Critics.inputs(obs, action)
         q = net(x.reshape(-1, x.shape[-1]), members, frozen)
         return q.view(q.shape[0], *x.shape[:-1])
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None, frozen: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        members: int | None = None,
+        frozen: bool = False,
+    ) -> torch.Tensor:
         """``Q_i(s, a)`` of the first ``members`` critics (default: all), ``[members, B]`` or
         ``[members, B, N]``; ``frozen``: the gradient reaches ``action`` but not the critics."""
         return self._evaluate(self.online, obs, action, members, frozen)

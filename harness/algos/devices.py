@@ -54,7 +54,11 @@ def misplaced(algo: Algorithm) -> list[str]:
     wrong = [f"{name} ({t.device})" for name, t in held_tensors(algo) if t.device != algo.device]
     if isinstance(algo, OffPolicyAlgorithm) and algo.buffer is not None:
         expected = algo.replay_device.type
-        wrong += [f"replay ({t.device})" for t in leaf_tensors(algo.buffer.storage) if t.device.type != expected][:1]
+        wrong += [
+            f"replay ({t.device})"
+            for t in leaf_tensors(algo.buffer.storage)
+            if t.device.type != expected
+        ][:1]
     return wrong
 
 
@@ -64,6 +68,8 @@ def check_devices(algo: Algorithm) -> str:
     wrong = misplaced(algo)
     if wrong:
         shown = ", ".join(wrong[:8]) + (f" and {len(wrong) - 8} more" if len(wrong) > 8 else "")
-        raise RuntimeError(f"{type(algo).__name__} should live on {algo.device}, but {len(wrong)} tensors do not: {shown}")
+        raise RuntimeError(
+            f"{type(algo).__name__} should live on {algo.device}, but {len(wrong)} tensors do not: {shown}"
+        )
     where = Counter(str(t.device) for _, t in held_tensors(algo))
     return ", ".join(f"{n} tensors on {device}" for device, n in sorted(where.items()))

@@ -44,8 +44,12 @@ class DQNConfig(OffPolicyConfig):
     target_network_frequency: int = ranged(50, AT_LEAST_ONE)
     start_e: float = ranged(1.0, PROBABILITY)  # epsilon at the start
     end_e: float = ranged(0.05, PROBABILITY)  # epsilon at the end of the schedule
-    exploration_fraction: float = ranged(0.5, UNIT)  # fraction of collector.total_frames over which epsilon decays
-    double_dqn: bool = False  # pick the next action with the online network, value it with the target
+    exploration_fraction: float = ranged(
+        0.5, UNIT
+    )  # fraction of collector.total_frames over which epsilon decays
+    double_dqn: bool = (
+        False  # pick the next action with the online network, value it with the target
+    )
     hidden_sizes: tuple[int, ...] = (120, 84)  # Q-network widths
 
 
@@ -59,14 +63,24 @@ class QPolicy(Policy):
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, ``[B, num_actions]``."""
-        return self.net(obs.flatten(1)).float()  # float32 values under algo.amp too: TD targets need the precision
+        return self.net(
+            obs.flatten(1)
+        ).float()  # float32 values under algo.amp too: TD targets need the precision
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         action = self.q(obs).argmax(-1)
         if not deterministic:
             epsilon = 1.0 if values.get("random") else values.get("epsilon", 0.0)
-            explore = torch.rand(obs.shape[0], device=obs.device) < epsilon  # on the policy's device: a GPU collector's too
-            action = torch.where(explore, torch.randint(0, self.num_actions, action.shape, device=action.device), action)
+            explore = (
+                torch.rand(obs.shape[0], device=obs.device) < epsilon
+            )  # on the policy's device: a GPU collector's too
+            action = torch.where(
+                explore,
+                torch.randint(0, self.num_actions, action.shape, device=action.device),
+                action,
+            )
         return TensorDict(action=action, batch_size=obs.shape[:1])
 
 
@@ -84,21 +98,30 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     header_values = ("random", "epsilon")
     takes_pixels = True
 
-    def __init__(self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.optimizer = adam(self.policy.parameters(), lr=cfg.learning_rate)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
 
     @classmethod
     def make_policy(cls, cfg: DQNConfig, spec: EnvSpec) -> QPolicy:
-        require_actions(spec, True, "algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones")
+        require_actions(
+            spec,
+            True,
+            "algo=dqn needs discrete actions; use algo=sac or algo=td3 for continuous ones",
+        )
         return QPolicy(spec, cfg.hidden_sizes)
 
     def checkpointed(self) -> dict[str, Stateful]:
         return {"policy": self.policy, "target": self.target, "optimizer": self.optimizer}
 
     def values_for_header(self, frames: int) -> dict[str, float]:
-        return {**super().values_for_header(frames), "epsilon": epsilon_at(self.cfg, frames, self.total_frames)}
+        return {
+            **super().values_for_header(frames),
+            "epsilon": epsilon_at(self.cfg, frames, self.total_frames),
+        }
 
     def td_target(self, batch: TensorDict) -> torch.Tensor:
         """r + gamma * max_a Q'(s', a) (double DQN: Q' of the online network's argmax)."""

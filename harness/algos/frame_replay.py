@@ -52,11 +52,17 @@ class FrameReplay:
         stack = rollout["obs"].shape[2]
         example = rollout[0, 0].exclude(*KEYS)
         for key in KEYS:
-            example[f"{key}_frames"] = torch.zeros(stack, dtype=torch.int64)  # frame sequence numbers
+            example[f"{key}_frames"] = torch.zeros(
+                stack, dtype=torch.int64
+            )  # frame sequence numbers
         self.transitions = ReplayBuffer(capacity, example, memmap_dir, device)
         frame_capacity = int(capacity * (1 + stack / steps) * 1.05) + 2 * stack * steps
         frames = TensorDict(frame=rollout["obs"][0, 0, 0]).expand(frame_capacity)
-        self.frames = frames.memmap_like(str(Path(memmap_dir) / "frames")) if memmap_dir else frames.to(device).clone()
+        self.frames = (
+            frames.memmap_like(str(Path(memmap_dir) / "frames"))
+            if memmap_dir
+            else frames.to(device).clone()
+        )
         self.capacity, self.frame_capacity, self.stack = capacity, frame_capacity, stack
         self.written = 0  # frames written so far: the next one's sequence number
         self.oldest = torch.zeros(capacity, dtype=torch.int64)  # each transition's oldest frame
@@ -73,7 +79,10 @@ class FrameReplay:
 
     @property
     def nbytes(self) -> int:
-        return self.transitions.nbytes + self.frames["frame"].numel() * self.frames["frame"].element_size()
+        return (
+            self.transitions.nbytes
+            + self.frames["frame"].numel() * self.frames["frame"].element_size()
+        )
 
     def extend(self, rollout: TensorDict) -> None:
         """Append a batch's ``[T, N]`` transitions, one env's column after another."""
@@ -95,7 +104,11 @@ class FrameReplay:
                 next_refs = [*obs_refs[1:], self.written + len(new) - 1]
             else:
                 next_refs = self._stack(column["next_obs"][t], new)
-            refs["obs"][t], refs["next_obs"][t], previous = torch.tensor(obs_refs), torch.tensor(next_refs), next_refs
+            refs["obs"][t], refs["next_obs"][t], previous = (
+                torch.tensor(obs_refs),
+                torch.tensor(next_refs),
+                next_refs,
+            )
         self._retire_before(self.written + len(new) - self.frame_capacity)
         slots = torch.arange(self.written, self.written + len(new)) % self.frame_capacity
         self.frames["frame"][slots.to(self.frames.device)] = torch.stack(new).to(self.frames.device)
@@ -104,11 +117,15 @@ class FrameReplay:
         for key in KEYS:
             stored[f"{key}_frames"] = refs[key]
         cursor = self.transitions.cursor
-        if self.size + column.shape[0] > self.capacity:  # the ring wraps over the oldest: they retire
+        if (
+            self.size + column.shape[0] > self.capacity
+        ):  # the ring wraps over the oldest: they retire
             self._retire(self.size + column.shape[0] - self.capacity)
         self.transitions.extend(stored)
         slots = (cursor + torch.arange(column.shape[0])) % self.capacity
-        self.oldest[slots] = torch.minimum(refs["obs"].min(1).values, refs["next_obs"].min(1).values)
+        self.oldest[slots] = torch.minimum(
+            refs["obs"].min(1).values, refs["next_obs"].min(1).values
+        )
 
     def _stack(self, stack: torch.Tensor, new: list[torch.Tensor]) -> list[int]:
         """Store ``stack``'s frames (equal neighbours once); their sequence numbers."""
@@ -130,7 +147,9 @@ class FrameReplay:
         self.tail = (self.tail + count) % self.capacity
         self.transitions.size -= count
 
-    def sample_index(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample_index(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """``batch_size`` live transitions' slots, uniform, with replacement."""
         drawn = self.transitions.sample_index(batch_size, generator).cpu()
         return (self.tail + drawn) % self.capacity
@@ -140,13 +159,19 @@ class FrameReplay:
         out = self.transitions.storage[index.to(self.transitions.storage.device)]
         for key in KEYS:
             slots = out.pop(f"{key}_frames") % self.frame_capacity
-            out[key] = self.frames["frame"][slots.flatten()].reshape(*slots.shape, *self.frames["frame"].shape[1:])
+            out[key] = self.frames["frame"][slots.flatten()].reshape(
+                *slots.shape, *self.frames["frame"].shape[1:]
+            )
         return out
 
     def take(self, index: torch.Tensor, to_device: HostToDevice) -> TensorDict:
         """The transitions at ``index`` on the trainer's device."""
         sample = self.gather(index)
-        return sample if sample.device is None or sample.device.type != "cpu" else to_device.move(sample)
+        return (
+            sample
+            if sample.device is None or sample.device.type != "cpu"
+            else to_device.move(sample)
+        )
 
     def state_dict(self) -> dict:
         """Everything, rings whole: the live transitions and frames are wherever the rings put them."""
@@ -159,7 +184,11 @@ class FrameReplay:
 
     @classmethod
     def from_state(
-        cls, state: dict, capacity: int, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
+        cls,
+        state: dict,
+        capacity: int,
+        memmap_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
     ) -> FrameReplay:
         """A replay holding ``state`` (``state_dict``'s); its capacity must be the one it was saved with."""
         saved = len(state["oldest"])
@@ -173,10 +202,20 @@ class FrameReplay:
         self.transitions = ReplayBuffer(capacity, storage[0], memmap_dir, device)
         self.transitions.storage.update_(storage.to(self.transitions.storage.device))
         frames = TensorDict(frame=state["frames"], batch_size=[len(state["frames"])])
-        self.frames = frames.memmap_like(str(Path(memmap_dir) / "frames")) if memmap_dir else frames.to(device).clone()
+        self.frames = (
+            frames.memmap_like(str(Path(memmap_dir) / "frames"))
+            if memmap_dir
+            else frames.to(device).clone()
+        )
         if memmap_dir:
             self.frames.update_(frames)
-        self.capacity, self.frame_capacity, self.stack = capacity, len(state["frames"]), storage["obs_frames"].shape[1]
+        self.capacity, self.frame_capacity, self.stack = (
+            capacity,
+            len(state["frames"]),
+            storage["obs_frames"].shape[1],
+        )
         self.oldest = state["oldest"].clone()
-        self.tail, self.transitions.size, self.transitions.cursor, self.written = (int(v) for v in state["rings"])
+        self.tail, self.transitions.size, self.transitions.cursor, self.written = (
+            int(v) for v in state["rings"]
+        )
         return self

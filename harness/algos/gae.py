@@ -6,7 +6,12 @@ import torch
 
 
 def gae(
-    reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor, next_value: torch.Tensor, gamma: float, lam: float
+    reward: torch.Tensor,
+    value: torch.Tensor,
+    done: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    lam: float,
 ) -> torch.Tensor:
     """Advantages for a ``[T, N]`` rollout.
 

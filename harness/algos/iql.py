@@ -37,11 +37,17 @@ class IQLConfig(OfflineConfig):
     """Defaults are CORL's ``iql.py`` for D4RL locomotion."""
 
     name: str = "iql"
-    expectile: float = ranged(0.7, OPEN_UNIT)  # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
+    expectile: float = ranged(
+        0.7, OPEN_UNIT
+    )  # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
     beta: float = ranged(3.0, NON_NEGATIVE)  # inverse temperature of the advantage weights
     tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient
-    actor_lr: float = ranged(3e-4, POSITIVE)  # at the first step; a cosine takes it to 0 at gradient_steps
-    deterministic_actor: bool = False  # CORL's iql_deterministic: a tanh MLP regressed onto the data's actions
+    actor_lr: float = ranged(
+        3e-4, POSITIVE
+    )  # at the first step; a cosine takes it to 0 at gradient_steps
+    deterministic_actor: bool = (
+        False  # CORL's iql_deterministic: a tanh MLP regressed onto the data's actions
+    )
     critic_lr: float = ranged(3e-4, POSITIVE)  # critics and value function
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers
 
@@ -66,9 +72,13 @@ class GaussianPolicy(Policy):
     def distribution(self, obs: torch.Tensor) -> torch.distributions.Normal:
         """The action distribution at ``obs``."""
         mean = torch.tanh(self.net(obs.flatten(1)).float()) * self.bounds.scale + self.bounds.bias
-        return torch.distributions.Normal(mean, self.log_std.clamp(-20.0, 2.0).exp(), validate_args=False)
+        return torch.distributions.Normal(
+            mean, self.log_std.clamp(-20.0, 2.0).exp(), validate_args=False
+        )
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         dist = self.distribution(obs)
         action = dist.mean if deterministic else dist.sample()
         return TensorDict(action=self.bounds.clamp(action), batch_size=obs.shape[:1])
@@ -91,7 +101,9 @@ class DeterministicPolicy(Policy):
         """The action at ``obs``."""
         return torch.tanh(self.net(obs.flatten(1)).float()) * self.bounds.scale + self.bounds.bias
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         return TensorDict(action=self.action(obs), batch_size=obs.shape[:1])
 
     def regression_loss(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -108,18 +120,26 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
     Config = IQLConfig
     compiled = ("value_loss", "critic_loss", "actor_loss")
 
-    def __init__(self, cfg: IQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: IQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.critics = Critics(spec, cfg.hidden).to(self.device)
-        self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU).to(self.device)
+        self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU).to(
+            self.device
+        )
         self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.critic_lr)
         self.value_optimizer = adam(self.value.parameters(), lr=cfg.critic_lr)
         self.actor_optimizer = adam(self.policy.parameters(), lr=cfg.actor_lr)
 
     @classmethod
     def make_policy(cls, cfg: IQLConfig, spec: EnvSpec) -> IQLPolicy:
-        require_actions(spec, False, "algo=iql is built for continuous actions; use algo=cql for discrete ones")
-        return (DeterministicPolicy if cfg.deterministic_actor else GaussianPolicy)(spec, cfg.hidden)
+        require_actions(
+            spec, False, "algo=iql is built for continuous actions; use algo=cql for discrete ones"
+        )
+        return (DeterministicPolicy if cfg.deterministic_actor else GaussianPolicy)(
+            spec, cfg.hidden
+        )
 
     def checkpointed(self) -> dict[str, Stateful]:
         return {
@@ -131,18 +151,28 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
             "actor_optimizer": self.actor_optimizer,
         }
 
-    def value_loss(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def value_loss(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """V towards the upper expectile of the target critics' min Q over the dataset's actions; and Q - V."""
-        advantage = self.critics.targets(obs, action).min(0).values - self.value(obs).float().squeeze(-1)
+        advantage = self.critics.targets(obs, action).min(0).values - self.value(
+            obs
+        ).float().squeeze(-1)
         return expectile_loss(advantage, self.cfg.expectile), advantage
 
-    def critic_loss(self, batch: TensorDict, next_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def critic_loss(
+        self, batch: TensorDict, next_v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Critics towards r + gamma * V(s'): no action outside the dataset is ever valued."""
         target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_v
         q = self.critics(batch["obs"], batch["action"])  # [2, B]
-        return (q - target).pow(2).mean(), q  # the mean of the critics' mean squared TD errors (CORL's)
+        return (q - target).pow(
+            2
+        ).mean(), q  # the mean of the critics' mean squared TD errors (CORL's)
 
-    def actor_loss(self, obs: torch.Tensor, action: torch.Tensor, advantage: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def actor_loss(
+        self, obs: torch.Tensor, action: torch.Tensor, advantage: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantage-weighted regression onto the dataset's actions; and the weights."""
         weights = torch.exp(self.cfg.beta * advantage).clamp(max=EXP_ADV_MAX)
         return (weights * self.policy.regression_loss(obs, action)).mean(), weights
@@ -173,5 +203,7 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
             "train/actor_loss": actor_loss.detach(),
             "train/advantage": advantage.detach().mean(),
             "train/adv_weight": weights.mean(),
-            "train/actor_lr": torch.full((), actor_lr, device=self.device),  # a fill on the device: no copy, no wait
+            "train/actor_lr": torch.full(
+                (), actor_lr, device=self.device
+            ),  # a fill on the device: no copy, no wait
         }

@@ -25,7 +25,11 @@ def layer_init(layer: Layer, std: float = math.sqrt(2), bias: float = 0.0) -> La
 
 
 def mlp(
-    inputs: int, hidden: Sequence[int], outputs: int, activation: type[nn.Module] = nn.Tanh, out_std: float = 1.0
+    inputs: int,
+    hidden: Sequence[int],
+    outputs: int,
+    activation: type[nn.Module] = nn.Tanh,
+    out_std: float = 1.0,
 ) -> nn.Sequential:
     """Linear layers of widths ``hidden`` with ``activation`` between them, each ``layer_init``-ed."""
     layers: list[nn.Module] = []
@@ -60,7 +64,10 @@ class PixelEncoder(nn.Module):
             ]
             self.features = 512
         else:
-            convs, self.features = [layer_init(nn.Conv2d(channels, 16, 3, stride=1)), nn.ReLU()], 128
+            convs, self.features = (
+                [layer_init(nn.Conv2d(channels, 16, 3, stride=1)), nn.ReLU()],
+                128,
+            )
         self.convs = nn.Sequential(*convs, nn.Flatten())
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, *shape)).shape[-1]
@@ -73,7 +80,11 @@ class PixelEncoder(nn.Module):
 
 
 def network(
-    spec: EnvSpec, hidden: Sequence[int], outputs: int, activation: type[nn.Module] = nn.Tanh, out_std: float = 1.0
+    spec: EnvSpec,
+    hidden: Sequence[int],
+    outputs: int,
+    activation: type[nn.Module] = nn.Tanh,
+    out_std: float = 1.0,
 ) -> nn.Sequential:
     """An observation's network to ``outputs``: :func:`mlp` on state vectors (``hidden`` wide), and on images a
     :class:`PixelEncoder` with one linear layer on top (CleanRL's heads; ``hidden`` is the MLP's alone)."""
@@ -97,7 +108,9 @@ class Bounds(nn.Module):
 
     def random(self, n: int) -> torch.Tensor:
         """``n`` actions drawn uniformly from the box."""
-        return self.bias + self.scale * (2 * torch.rand(n, self.scale.numel(), device=self.scale.device) - 1)
+        return self.bias + self.scale * (
+            2 * torch.rand(n, self.scale.numel(), device=self.scale.device) - 1
+        )
 
     def clamp(self, action: torch.Tensor) -> torch.Tensor:
         """``action`` clipped into the box."""

@@ -65,7 +65,13 @@ class RunningMeanStd(nn.Module):
         # Sums of deviations from the current mean, which every member shares: no
         # cancellation in the squares, and one all-reduce of n, s1, s2 merges them.
         shifted = x - self.mean
-        sums = torch.cat([x.new_full((1,), x.shape[0]), shifted.sum(0).flatten(), shifted.square().sum(0).flatten()])
+        sums = torch.cat(
+            [
+                x.new_full((1,), x.shape[0]),
+                shifted.sum(0).flatten(),
+                shifted.square().sum(0).flatten(),
+            ]
+        )
         if group is not None:
             dist.all_reduce(sums, group=group)
         n, s1, s2 = sums[0], sums[1 : 1 + self.mean.numel()], sums[1 + self.mean.numel() :]
@@ -110,7 +116,12 @@ class RewardScaler(nn.Module):
         self.returns: Optional[torch.Tensor] = None  # [N]: each env's discounted return so far
 
     @torch.no_grad()
-    def scale(self, reward: torch.Tensor, terminated: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    def scale(
+        self,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        group: Optional[dist.ProcessGroup] = None,
+    ) -> torch.Tensor:
         """Scaled ``reward`` ``[T, N]``; first, the returns of these T steps
         update the statistics (all trainers' together with ``group``). On a
         GPU the loop over the T steps runs on the CPU, as GAE's does (``gae``)."""

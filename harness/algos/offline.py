@@ -24,7 +24,9 @@ from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.ranges import AT_LEAST_ONE, POSITIVE, UNIT, ranged
 from harness.core.specs import EnvSpec
 
-STATISTICS_CHUNK = 100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
+STATISTICS_CHUNK = (
+    100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
+)
 
 
 @dataclass
@@ -48,7 +50,9 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
 
     offline = True
 
-    def __init__(self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.data: TensorDict | None = None
 
@@ -56,7 +60,9 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         """The transitions to learn from (memory-mapped is fine: only samples are read, and with
         ``algo.normalize_obs`` the observations once, in chunks, for their statistics)."""
         self.data = data
-        if self.obs_norm is not None:  # the same statistics on every call: a resumed run recomputes what it saved
+        if (
+            self.obs_norm is not None
+        ):  # the same statistics on every call: a resumed run recomputes what it saved
             self.obs_norm.reset()
             for chunk in data["obs"].split(STATISTICS_CHUNK):
                 self.obs_norm.update(chunk)

@@ -42,16 +42,16 @@ class OffPolicyConfig(AlgoConfig):
     batch_size: int = ranged(
         256, AT_LEAST_ONE
     )  # transitions per gradient step, over all trainers (a multiple of topology.trainers)
-    learning_starts: int = ranged(5_000, NON_NEGATIVE)  # frames of random actions before the first update
+    learning_starts: int = ranged(
+        5_000, NON_NEGATIVE
+    )  # frames of random actions before the first update
     update_to_data: float = ranged(
         1.0, POSITIVE
     )  # gradient steps per collected frame, whatever the number of collectors and trainers
     gamma: float = ranged(0.99, UNIT)  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
     replay_device: str = "cpu"  # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU memory)
-    replay_frames: bool = (
-        False  # stacked image observations: store each frame once, rebuild stacks when sampled (7x less on Atari)
-    )
+    replay_frames: bool = False  # stacked image observations: store each frame once, rebuild stacks when sampled (7x less on Atari)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -61,7 +61,9 @@ class OffPolicyConfig(AlgoConfig):
                 "a GPU's memory when it has one)"
             )
         if self.replay_device == "trainer" and self.memmap_dir:
-            raise ValueError("algo.replay_device=trainer and algo.memmap_dir both place the replay buffer: choose one")
+            raise ValueError(
+                "algo.replay_device=trainer and algo.memmap_dir both place the replay buffer: choose one"
+            )
 
 
 OffPolicyConfigT = TypeVar("OffPolicyConfigT", bound=OffPolicyConfig)
@@ -71,16 +73,24 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
     """An algorithm that learns from a replay of collectors' frames, ``learn`` per gradient step."""
 
     needs_next_obs = True
-    data_parallel_trainers = True  # each trainer its own replay; ``step(..., self.ddp_group)`` averages gradients
-    header_values: ClassVar[tuple[str, ...]] = ("random",)  # 1 while collectors should act at random
+    data_parallel_trainers = (
+        True  # each trainer its own replay; ``step(..., self.ddp_group)`` averages gradients
+    )
+    header_values: ClassVar[tuple[str, ...]] = (
+        "random",
+    )  # 1 while collectors should act at random
 
-    def __init__(self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | FrameReplay | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
         self.replay_device = self.device if cfg.replay_device == "trainer" else torch.device("cpu")
         self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)
-        self.replay_capacity = -(-cfg.buffer_size // self.trainers)  # each trainer holds 1/T of the replay, also once resumed
+        self.replay_capacity = -(
+            -cfg.buffer_size // self.trainers
+        )  # each trainer holds 1/T of the replay, also once resumed
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
@@ -101,41 +111,61 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
             self.buffer.extend(rollout)
         else:
             self.buffer = self.buffer or ReplayBuffer(self.replay_capacity, data[0], *where)
-            self.buffer.extend(data)  # raw observations: each sample is normalised with the statistics of its step
+            self.buffer.extend(
+                data
+            )  # raw observations: each sample is normalised with the statistics of its step
         return data
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         for batch in batches:
             data = self._store(batch)
-            if self.obs_norm is not None:  # every trainer's frames: one batch each per update, so the collective matches
+            if (
+                self.obs_norm is not None
+            ):  # every trainer's frames: one batch each per update, so the collective matches
                 self.obs_norm.update(data["obs"], self.ddp_group)
-            new = data.shape[0] * self.trainers  # every trainer got as many frames: the same count, hence the same steps
+            new = (
+                data.shape[0] * self.trainers
+            )  # every trainer got as many frames: the same count, hence the same steps
             frames += new
             if frames > self.cfg.learning_starts:
                 self.owed += self.cfg.update_to_data * new
-        assert self.buffer is not None  # made from the first batch; every update but offline ones' has one
+        assert (
+            self.buffer is not None
+        )  # made from the first batch; every update but offline ones' has one
         metrics: dict[str, torch.Tensor] = {}
         while self.owed >= 1:
             self.owed -= 1
             self.gradient_steps += 1
             # On a GPU trainer: gathered into pinned memory and moved with one copy (HostToDevice).
-            sample = self.buffer.take(self.buffer.sample_index(self.cfg.batch_size // self.trainers), self.to_device)
+            sample = self.buffer.take(
+                self.buffer.sample_index(self.cfg.batch_size // self.trainers), self.to_device
+            )
             batch = self.normalized_batch(sample)
             with self.autocast():
                 metrics = self.learn(batch)
-        return {**metrics, "train/gradient_steps": self.gradient_steps, "train/replay_size": self.buffer.size * self.trainers}
+        return {
+            **metrics,
+            "train/gradient_steps": self.gradient_steps,
+            "train/replay_size": self.buffer.size * self.trainers,
+        }
 
     def replay_state(self) -> dict | None:
         """The replay buffer, for checkpoints that keep it."""
         return (
             None
             if self.buffer is None
-            else {**self.buffer.state_dict(), "owed": self.owed, "gradient_steps": self.gradient_steps}
+            else {
+                **self.buffer.state_dict(),
+                "owed": self.owed,
+                "gradient_steps": self.gradient_steps,
+            }
         )
 
     def load_replay_state(self, state: dict) -> None:
         kind = FrameReplay if self.cfg.replay_frames else ReplayBuffer
-        self.buffer = kind.from_state(state, self.replay_capacity, self.cfg.memmap_dir or None, self.replay_device)
+        self.buffer = kind.from_state(
+            state, self.replay_capacity, self.cfg.memmap_dir or None, self.replay_device
+        )
         self.owed, self.gradient_steps = state["owed"], state["gradient_steps"]
 
     @abc.abstractmethod

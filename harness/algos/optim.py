@@ -19,10 +19,14 @@ from harness.distributed.trainers import average_gradients
 def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """Adam (PyTorch's defaults otherwise), fused; on ``meta`` (the device tests), which has no fused kernel, the plain one."""
     params = list(params)
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=all(p.device.type != "meta" for p in params))
+    return torch.optim.Adam(
+        params, lr=lr, eps=eps, fused=all(p.device.type != "meta" for p in params)
+    )
 
 
-def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.ProcessGroup | None = None) -> None:
+def step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> None:
     """One descent step on ``loss`` for the parameters ``optimizer`` holds;
     with the trainers' ``group`` (several trainers), on the gradients averaged
     over them, so that every trainer takes the same step.
@@ -32,7 +36,9 @@ def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, group: dist.Proce
     runs each op in the dtype its forward used anyway; the weights stay float32)."""
     optimizer.zero_grad()
     # A device without autocast (``meta``, which the device tests build on) has none to leave.
-    amp = torch.amp.is_autocast_available(loss.device.type) and torch.is_autocast_enabled(loss.device.type)
+    amp = torch.amp.is_autocast_available(loss.device.type) and torch.is_autocast_enabled(
+        loss.device.type
+    )
     with torch.autocast(loss.device.type, enabled=False) if amp else contextlib.nullcontext():
         loss.backward()
         if group is not None:

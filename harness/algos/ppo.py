@@ -63,17 +63,25 @@ class PPOConfig(AlgoConfig):
     ent_coef: float = ranged(0.01, NON_NEGATIVE)  # entropy bonus weight
     vf_coef: float = ranged(0.5, NON_NEGATIVE)  # value loss weight
     max_grad_norm: float = ranged(0.5, POSITIVE)  # global gradient-norm clip
-    target_kl: Optional[float] = ranged(None, POSITIVE)  # stop the epochs early past this approximate KL
+    target_kl: Optional[float] = ranged(
+        None, POSITIVE
+    )  # stop the epochs early past this approximate KL
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
     # Divide rewards by a running std of the discounted return, per env (gymnasium's NormalizeReward, as CleanRL's
     # ppo_continuous_action.py); sync mode only: it follows each env's rewards in order.
     normalize_reward: bool = False
-    reward_clip: float = ranged(10.0, POSITIVE)  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
+    reward_clip: float = ranged(
+        10.0, POSITIVE
+    )  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
     # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE, correcting for frames
     # acted with older versions. null: on exactly when they are, with collector.mode=async or collector.pipeline=true.
     vtrace: Optional[bool] = None
-    vtrace_rho_bar: float = ranged(1.0, POSITIVE)  # truncation of the importance ratio in the targets and advantages
-    vtrace_c_bar: float = ranged(1.0, POSITIVE)  # truncation of the ratio in the traces (how far corrections reach back)
+    vtrace_rho_bar: float = ranged(
+        1.0, POSITIVE
+    )  # truncation of the importance ratio in the targets and advantages
+    vtrace_c_bar: float = ranged(
+        1.0, POSITIVE
+    )  # truncation of the ratio in the traces (how far corrections reach back)
 
 
 class PPOPolicy(Policy):
@@ -109,14 +117,19 @@ class PPOPolicy(Policy):
         return cast(nn.Linear, self.value_head)(features).float().squeeze(-1)
 
     def log_prob_entropy(
-        self, obs: torch.Tensor, action: torch.Tensor, dist: torch.distributions.Distribution | None = None
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        dist: torch.distributions.Distribution | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         dist = self.distribution(obs) if dist is None else dist
         if self.discrete:
             return dist.log_prob(action), dist.entropy()
         return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         value: dict[str, torch.Tensor] = {}
         if self.value_head is None:
             dist = self.distribution(obs)
@@ -140,7 +153,9 @@ class PPOLoss(nn.Module):
     ``Agent``): a minibatch goes through the CNN once, and both losses train it.
     """
 
-    def __init__(self, actor: PPOPolicy, critic: Optional[nn.Module], cfg: PPOConfig, obs_dims: int):
+    def __init__(
+        self, actor: PPOPolicy, critic: Optional[nn.Module], cfg: PPOConfig, obs_dims: int
+    ):
         """``critic``: the value network of observations; None where the actor holds a value head (images)."""
         super().__init__()
         self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
@@ -169,11 +184,16 @@ class PPOLoss(nn.Module):
         adv = mb["advantage"]
         if cfg.norm_adv:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        pg_loss = torch.max(
+            -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
+        ).mean()
 
         if cfg.clip_vloss:
             clipped = mb["value"] + (new_value - mb["value"]).clamp(-cfg.clip_coef, cfg.clip_coef)
-            v_loss = 0.5 * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
+            v_loss = (
+                0.5
+                * torch.max((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2).mean()
+            )
         else:
             v_loss = 0.5 * ((new_value - mb["return"]) ** 2).mean()
         entropy = entropy.mean()
@@ -197,15 +217,25 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
     takes_pixels = True
     compiled = ("losses",)
 
-    def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         # On images the actor's value head is the critic.
-        critic = None if spec.pixels else network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
+        critic = (
+            None if spec.pixels else network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
+        )
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
-        self.foreach = self.device.type != "meta"  # one kernel for every gradient's norm; meta (device tests) has none
-        self.reward_scaler = RewardScaler(cfg.gamma, cfg.reward_clip).to(self.device) if cfg.normalize_reward else None
+        self.foreach = (
+            self.device.type != "meta"
+        )  # one kernel for every gradient's norm; meta (device tests) has none
+        self.reward_scaler = (
+            RewardScaler(cfg.gamma, cfg.reward_clip).to(self.device)
+            if cfg.normalize_reward
+            else None
+        )
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
@@ -213,7 +243,11 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def checkpointed(self) -> dict[str, Stateful]:
         scaler = {"reward_scaler": self.reward_scaler} if self.reward_scaler is not None else {}
-        return {"loss": self.loss, "optimizer": self.optimizer, **scaler}  # the loss module holds actor and critic
+        return {
+            "loss": self.loss,
+            "optimizer": self.optimizer,
+            **scaler,
+        }  # the loss module holds actor and critic
 
     def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
@@ -235,24 +269,45 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             return values, advantages, advantages + values, torch.zeros((), device=values.device)
         # The frames' versions may be older than these weights: correct by each action's probability ratio.
         steps_envs = reward.shape  # the actor takes a flat batch
-        logprob = self.policy.log_prob_entropy(obs.flatten(0, 1), rollout["action"].flatten(0, 1))[0].view(steps_envs)
+        logprob = self.policy.log_prob_entropy(obs.flatten(0, 1), rollout["action"].flatten(0, 1))[
+            0
+        ].view(steps_envs)
         log_ratio = logprob - rollout["logprob"]
-        done, lam, rho_bar, c_bar = rollout["done"], cfg.gae_lambda, cfg.vtrace_rho_bar, cfg.vtrace_c_bar
-        returns, advantages = vtrace(log_ratio, reward, values, done, next_value, cfg.gamma, lam, rho_bar, c_bar)
+        done, lam, rho_bar, c_bar = (
+            rollout["done"],
+            cfg.gae_lambda,
+            cfg.vtrace_rho_bar,
+            cfg.vtrace_c_bar,
+        )
+        returns, advantages = vtrace(
+            log_ratio, reward, values, done, next_value, cfg.gamma, lam, rho_bar, c_bar
+        )
         return values, advantages, returns, (log_ratio.exp() > rho_bar).float().mean()
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
         # The round, moved to the trainer's device once (on a GPU: through pinned memory, without blocking).
         # torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
-        keys = ["obs", "action", "logprob", "reward", "done", "terminated"]  # terminated: the reward scaler's episode ends
-        keys += ["value"] if self.policy.value_head is not None else []  # recorded while acting, on images
+        keys = [
+            "obs",
+            "action",
+            "logprob",
+            "reward",
+            "done",
+            "terminated",
+        ]  # terminated: the reward scaler's episode ends
+        keys += (
+            ["value"] if self.policy.value_head is not None else []
+        )  # recorded while acting, on images
         frames_of_round = TensorDict(
             rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
             next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),
         )
         moved = self.to_device.move(frames_of_round)
-        rollout, next_obs = cast(TensorDict, moved["rollout"]), moved["next_obs"]  # [T, N], [N, ...]
+        rollout, next_obs = (
+            cast(TensorDict, moved["rollout"]),
+            moved["next_obs"],
+        )  # [T, N], [N, ...]
         obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
         reward = rollout["reward"]
         if self.reward_scaler is not None:
@@ -260,7 +315,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         values, advantages, returns, ratio_clipped = self.targets(obs, rollout, reward, next_obs)
 
         flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)
-        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set("value", values.reshape(-1))
+        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set(
+            "value", values.reshape(-1)
+        )
         lr = cfg.lr * (1.0 - frames / self.total_frames) if cfg.anneal_lr else cfg.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -274,19 +331,28 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
                     out = self.losses(flat[idx])
                 self.optimizer.zero_grad()
                 out["loss"].backward()
-                nn.utils.clip_grad_norm_(self.loss.parameters(), cfg.max_grad_norm, foreach=self.foreach)
+                nn.utils.clip_grad_norm_(
+                    self.loss.parameters(), cfg.max_grad_norm, foreach=self.foreach
+                )
                 self.optimizer.step()
                 self.gradient_steps += 1
                 history.append({k: v.detach() for k, v in out.items()})
-            if cfg.target_kl is not None and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl:
+            if (
+                cfg.target_kl is not None
+                and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl
+            ):
                 break  # on the trainers' mean KL: each's own minibatch differs, and all must stop together
 
-        if self.obs_norm is not None:  # the next version's statistics: every trainer's frames of this round
+        if (
+            self.obs_norm is not None
+        ):  # the next version's statistics: every trainer's frames of this round
             self.obs_norm.update(rollout["obs"], self.ddp_group)
 
         last = history[-1]  # tensors: read once per log row, not once per update
         var_returns = returns.var()
-        explained_var = torch.where(var_returns == 0, float("nan"), 1 - (returns - values).var() / var_returns)
+        explained_var = torch.where(
+            var_returns == 0, float("nan"), 1 - (returns - values).var() / var_returns
+        )
         return {
             "train/policy_loss": last["policy_loss"],
             "train/value_loss": last["value_loss"],
@@ -295,6 +361,10 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean(),
             "train/explained_variance": explained_var,
             "train/lr": lr,
-            **({"train/return_std": self.reward_scaler.return_stats.var.sqrt()} if self.reward_scaler is not None else {}),
+            **(
+                {"train/return_std": self.reward_scaler.return_stats.var.sqrt()}
+                if self.reward_scaler is not None
+                else {}
+            ),
             **({"train/vtrace_rho_clipped": ratio_clipped} if cfg.vtrace else {}),
         }

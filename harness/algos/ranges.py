@@ -40,5 +40,10 @@ def check_ranges(cfg: Any, prefix: str, owner: str) -> None:
         if bounds is None or value is None or isinstance(value, bool):
             continue
         low, high, low_in, high_in = bounds
-        if not ((low <= value if low_in else low < value) and (value <= high if high_in else value < high)):
-            raise ValueError(f"{prefix}.{f.name}={value:g} is out of range: {owner} needs it {describe_range(*bounds)}")
+        if not (
+            (low <= value if low_in else low < value)
+            and (value <= high if high_in else value < high)
+        ):
+            raise ValueError(
+                f"{prefix}.{f.name}={value:g} is out of range: {owner} needs it {describe_range(*bounds)}"
+            )

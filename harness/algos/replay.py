@@ -22,14 +22,20 @@ class ReplayBuffer:
     """Fixed-capacity transitions, oldest overwritten first, sampled uniformly."""
 
     def __init__(
-        self, capacity: int, transition: TensorDict, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
+        self,
+        capacity: int,
+        transition: TensorDict,
+        memmap_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
     ):
         """``transition``: one example transition (batch size ``[]``): its keys,
         shapes and dtypes define the storage, on ``device`` (or on disk in ``memmap_dir``)."""
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         storage = transition.expand(capacity)
-        self.storage = storage.memmap_like(str(memmap_dir)) if memmap_dir else storage.to(device).clone()
+        self.storage = (
+            storage.memmap_like(str(memmap_dir)) if memmap_dir else storage.to(device).clone()
+        )
         self.capacity, self.cursor, self.size = capacity, 0, 0
 
     @property
@@ -42,7 +48,9 @@ class ReplayBuffer:
         if n > self.capacity:
             batch, n = batch[-self.capacity :], self.capacity
         idx = (self.cursor + torch.arange(n, device=self.storage.device)) % self.capacity
-        self.storage[idx] = batch.to(self.storage.device)  # on a GPU: one copy of the batch, then an index on the device
+        self.storage[idx] = batch.to(
+            self.storage.device
+        )  # on a GPU: one copy of the batch, then an index on the device
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -54,21 +62,33 @@ class ReplayBuffer:
         """The transitions at ``index`` (``sample_index``'s) on the trainer's device."""
         return to_device.sample(self.storage, index)
 
-    def sample_index(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    def sample_index(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Where ``sample`` draws from: ``batch_size`` indices, uniform, with replacement,
         on the storage's device (for :class:`~harness.algos.transfer.HostToDevice`)."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         device = generator.device if generator is not None else self.storage.device
-        return torch.randint(0, self.size, (batch_size,), generator=generator, device=device).to(self.storage.device)
+        return torch.randint(0, self.size, (batch_size,), generator=generator, device=device).to(
+            self.storage.device
+        )
 
     def state_dict(self) -> dict:
         """The stored transitions and the write position."""
-        return {"storage": self.storage[: self.size].to_dict(), "cursor": self.cursor, "size": self.size}
+        return {
+            "storage": self.storage[: self.size].to_dict(),
+            "cursor": self.cursor,
+            "size": self.size,
+        }
 
     @classmethod
     def from_state(
-        cls, state: dict, capacity: int, memmap_dir: str | Path | None = None, device: torch.device | str = "cpu"
+        cls,
+        state: dict,
+        capacity: int,
+        memmap_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
     ) -> ReplayBuffer:
         """A buffer holding ``state`` (``state_dict``'s, from any device), of ``capacity``, on ``device``."""
         stored = TensorDict(state["storage"], batch_size=[state["size"]])

@@ -37,7 +37,9 @@ class SACConfig(OffPolicyConfig):
     policy_lr: float = ranged(3e-4, POSITIVE)  # actor Adam learning rate
     q_lr: float = ranged(1e-3, POSITIVE)  # critics' (and alpha's) Adam learning rate
     tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
-    policy_frequency: int = ranged(2, AT_LEAST_ONE)  # actor updates come in bursts of this many, every this many steps
+    policy_frequency: int = ranged(
+        2, AT_LEAST_ONE
+    )  # actor updates come in bursts of this many, every this many steps
     alpha: float = ranged(0.2, NON_NEGATIVE)  # entropy weight when not tuned
     autotune: bool = True  # tune alpha towards a target entropy of -action_dims
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
@@ -49,25 +51,39 @@ class SACPolicy(Policy):
     def __init__(self, spec: EnvSpec, hidden: int):
         super().__init__()
         self.trunk = mlp(spec.obs_dim, [hidden], hidden, activation=nn.ReLU)
-        self.mean, self.log_std = nn.Linear(hidden, spec.num_actions), nn.Linear(hidden, spec.num_actions)
+        self.mean, self.log_std = (
+            nn.Linear(hidden, spec.num_actions),
+            nn.Linear(hidden, spec.num_actions),
+        )
         self.bounds = Bounds(spec)
 
-    def sample(self, obs: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, obs: torch.Tensor, n: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A reparameterised action, its log-probability, and the mean action. With ``n``:
         ``n`` actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the network."""
         mean, log_std = self.gaussian(obs)
         if n is not None:
-            mean, log_std = mean.unsqueeze(1).expand(-1, n, -1), log_std.unsqueeze(1).expand(-1, n, -1)
+            mean, log_std = (
+                mean.unsqueeze(1).expand(-1, n, -1),
+                log_std.unsqueeze(1).expand(-1, n, -1),
+            )
         noise = torch.randn(mean.shape, device=mean.device)
         u = mean + noise * log_std.exp()
         y = torch.tanh(u)
         action = y * self.bounds.scale + self.bounds.bias
-        return action, self.squashed_log_prob(noise, log_std, y), torch.tanh(mean) * self.bounds.scale + self.bounds.bias
+        return (
+            action,
+            self.squashed_log_prob(noise, log_std, y),
+            torch.tanh(mean) * self.bounds.scale + self.bounds.bias,
+        )
 
     def gaussian(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean and log-std of the Gaussian before the squashing."""
         h = F.relu(self.trunk(obs.flatten(1)))
-        mean = self.mean(h).float()  # float32 under algo.amp too: log-probabilities need the precision
+        mean = self.mean(
+            h
+        ).float()  # float32 under algo.amp too: log-probabilities need the precision
         log_std = torch.tanh(self.log_std(h).float())
         return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
 
@@ -79,12 +95,21 @@ class SACPolicy(Policy):
         y = ((action - self.bounds.bias) / self.bounds.scale).clamp(-1 + 1e-4, 1 - 1e-4)
         return self.squashed_log_prob((torch.atanh(y) - mean) / log_std.exp(), log_std, y)
 
-    def squashed_log_prob(self, noise: torch.Tensor, log_std: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def squashed_log_prob(
+        self, noise: torch.Tensor, log_std: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         """The log-density of ``y = tanh(mean + noise * std)`` scaled to the box: the Gaussian's at the
         pre-squash point, then the change of variables for the squashing (the paper's appendix C)."""
-        return (-0.5 * noise.pow(2) - log_std - HALF_LOG_2PI - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)).sum(-1)
+        return (
+            -0.5 * noise.pow(2)
+            - log_std
+            - HALF_LOG_2PI
+            - torch.log(self.bounds.scale * (1 - y.pow(2)) + 1e-6)
+        ).sum(-1)
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         if values.get("random"):
             return TensorDict(action=self.bounds.random(obs.shape[0]), batch_size=obs.shape[:1])
         action, _, mean = self.sample(obs)
@@ -97,7 +122,9 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
     Config = SACConfig
     compiled = ("critic_loss",)
 
-    def __init__(self, cfg: SACConfig, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: SACConfig, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.critics = Critics(spec, cfg.hidden).to(self.device)
         self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.q_lr)
@@ -108,7 +135,11 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
 
     @classmethod
     def make_policy(cls, cfg: SACConfig, spec: EnvSpec) -> SACPolicy:
-        require_actions(spec, False, "algo=sac needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
+        require_actions(
+            spec,
+            False,
+            "algo=sac needs continuous actions; use algo=dqn or algo=ppo for discrete ones",
+        )
         return SACPolicy(spec, cfg.hidden)
 
     @property
@@ -130,7 +161,10 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
         """r + gamma * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap past termination."""
         with torch.no_grad():
             next_action, next_log_prob, _ = self.policy.sample(batch["next_obs"])
-            next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values - self.alpha * next_log_prob
+            next_q = (
+                self.critics.targets(batch["next_obs"], next_action).min(0).values
+                - self.alpha * next_log_prob
+            )
             return batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_q
 
     def critic_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,16 +178,24 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
         step(self.q_optimizer, q_loss, self.ddp_group)
         metrics = critic_metrics(q, q_loss)
 
-        if self.gradient_steps % cfg.policy_frequency == 0:  # delayed, then as many steps as were skipped
+        if (
+            self.gradient_steps % cfg.policy_frequency == 0
+        ):  # delayed, then as many steps as were skipped
             for _ in range(cfg.policy_frequency):
                 action, log_prob, _ = self.policy.sample(batch["obs"])
-                q_pi = self.critics(batch["obs"], action, frozen=True).min(0).values  # no gradient for the critics
+                q_pi = (
+                    self.critics(batch["obs"], action, frozen=True).min(0).values
+                )  # no gradient for the critics
                 actor_loss = (self.alpha * log_prob - q_pi).mean()
                 step(self.actor_optimizer, actor_loss, self.ddp_group)
                 if cfg.autotune:
                     with torch.no_grad():
                         _, log_prob, _ = self.policy.sample(batch["obs"])
-                    step(self.alpha_optimizer, (-self.log_alpha() * (log_prob + self.target_entropy)).mean(), self.ddp_group)
+                    step(
+                        self.alpha_optimizer,
+                        (-self.log_alpha() * (log_prob + self.target_entropy)).mean(),
+                        self.ddp_group,
+                    )
             metrics.update(
                 {
                     "train/actor_loss": actor_loss.detach(),

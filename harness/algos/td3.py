@@ -33,8 +33,12 @@ class TD3Config(OffPolicyConfig):
     name: str = "td3"
     learning_rate: float = ranged(3e-4, POSITIVE)  # Adam learning rate, actor and critics
     tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
-    policy_frequency: int = ranged(2, AT_LEAST_ONE)  # one actor (and target) update per this many critic updates
-    exploration_noise: float = ranged(0.1, NON_NEGATIVE)  # collectors' Gaussian noise, in units of the action half-range
+    policy_frequency: int = ranged(
+        2, AT_LEAST_ONE
+    )  # one actor (and target) update per this many critic updates
+    exploration_noise: float = ranged(
+        0.1, NON_NEGATIVE
+    )  # collectors' Gaussian noise, in units of the action half-range
     policy_noise: float = ranged(0.2, NON_NEGATIVE)  # target policy smoothing noise, same units
     noise_clip: float = ranged(0.5, NON_NEGATIVE)  # clip of that noise
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
@@ -53,14 +57,18 @@ class TD3Policy(Policy):
         """The actor's action, without exploration noise."""
         return torch.tanh(self.net(obs.flatten(1)).float()) * self.bounds.scale + self.bounds.bias
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         if values.get("random"):
             return TensorDict(action=self.bounds.random(obs.shape[0]), batch_size=obs.shape[:1])
         action = self.deterministic(obs)
         if not deterministic:
             # Clipped into the box here, as CleanRL does before storing: the replay keeps the action the env
             # ran, so the critics never learn Q at actions no env step took (the collector clips only its copy).
-            action = self.bounds.clamp(action + torch.randn_like(action) * self.bounds.scale * self.exploration_noise)
+            action = self.bounds.clamp(
+                action + torch.randn_like(action) * self.bounds.scale * self.exploration_noise
+            )
         return TensorDict(action=action, batch_size=obs.shape[:1])
 
 
@@ -70,7 +78,9 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
     Config = TD3Config
     compiled = ("critic_loss",)
 
-    def __init__(self, cfg: TD3Config, spec: EnvSpec, *args: Any, **kwargs: Any):  # the rest as Algorithm's
+    def __init__(
+        self, cfg: TD3Config, spec: EnvSpec, *args: Any, **kwargs: Any
+    ):  # the rest as Algorithm's
         super().__init__(cfg, spec, *args, **kwargs)
         self.policy_target = copy.deepcopy(self.policy).requires_grad_(False)
         self.critics = Critics(spec, cfg.hidden).to(self.device)
@@ -79,7 +89,11 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
 
     @classmethod
     def make_policy(cls, cfg: TD3Config, spec: EnvSpec) -> TD3Policy:
-        require_actions(spec, False, "algo=td3 needs continuous actions; use algo=dqn or algo=ppo for discrete ones")
+        require_actions(
+            spec,
+            False,
+            "algo=td3 needs continuous actions; use algo=dqn or algo=ppo for discrete ones",
+        )
         return TD3Policy(spec, cfg.hidden, cfg.exploration_noise)
 
     def checkpointed(self) -> dict[str, Stateful]:
@@ -95,7 +109,9 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
         """r + gamma * min_i Q_i'(s', pi'(s') + clip(noise)), clipped to the action box."""
         cfg, bounds = self.cfg, self.policy.bounds
         with torch.no_grad():
-            noise = (torch.randn_like(batch["action"]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip) * bounds.scale
+            noise = (torch.randn_like(batch["action"]) * cfg.policy_noise).clamp(
+                -cfg.noise_clip, cfg.noise_clip
+            ) * bounds.scale
             next_action = bounds.clamp(self.policy_target.deterministic(batch["next_obs"]) + noise)
             next_q = self.critics.targets(batch["next_obs"], next_action).min(0).values
             return batch["reward"] + (1 - batch["terminated"].float()) * cfg.gamma * next_q
@@ -111,7 +127,9 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
         metrics = critic_metrics(q, q_loss)
         if self.gradient_steps % self.cfg.policy_frequency == 0:  # delayed actor and target updates
             # Q_1 only; the gradient reaches the actor, not the critic.
-            actor_loss = -self.critics(batch["obs"], self.policy.deterministic(batch["obs"]), members=1, frozen=True).mean()
+            actor_loss = -self.critics(
+                batch["obs"], self.policy.deterministic(batch["obs"]), members=1, frozen=True
+            ).mean()
             step(self.actor_optimizer, actor_loss, self.ddp_group)
             soft_update(self.policy_target, self.policy, self.cfg.tau)
             self.critics.update_targets(self.cfg.tau)

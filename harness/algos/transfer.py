@@ -21,8 +21,12 @@ class _Slot:
 
     def __init__(self, cuda: bool):
         self.staging: TensorDictBase | None = None
-        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (storage leaf, staging leaf) for sample()
-        self.storage: TensorDictBase | None = None  # whose leaves ``pairs`` holds; None: a move()'s layout
+        self.pairs: list[
+            tuple[torch.Tensor, torch.Tensor]
+        ] = []  # (storage leaf, staging leaf) for sample()
+        self.storage: TensorDictBase | None = (
+            None  # whose leaves ``pairs`` holds; None: a move()'s layout
+        )
         self.moved = torch.cuda.Event() if cuda else None
 
     def reusable(self) -> None:
@@ -66,7 +70,11 @@ class HostToDevice:
         if storage.device is not None and storage.device.type != "cpu":
             return storage[index.to(storage.device)]
         slot = self._next_slot()
-        if storage is not slot.storage or slot.staging is None or slot.staging.shape[0] != index.shape[0]:
+        if (
+            storage is not slot.storage
+            or slot.staging is None
+            or slot.staging.shape[0] != index.shape[0]
+        ):
             slot.staging, slot.storage = self._pinned(storage[index]), storage
             slot.pairs = list(zip(leaf_tensors(storage), leaf_tensors(slot.staging)))
         else:
@@ -79,7 +87,11 @@ class HostToDevice:
         if not self.moves:
             return batch  # type: ignore[return-value]  # a TensorDict wherever the trainer made it
         slot = self._next_slot()
-        if slot.staging is None or slot.staging.batch_size != batch.batch_size or slot.storage is not None:
+        if (
+            slot.staging is None
+            or slot.staging.batch_size != batch.batch_size
+            or slot.storage is not None
+        ):
             slot.staging, slot.storage = self._pinned(batch), None
         else:
             slot.staging.copy_(batch)

@@ -38,12 +38,18 @@ def vtrace(
     """
     if reward.is_cuda:
         host = [t.cpu() for t in (log_ratio, reward, value, done, next_value)]
-        targets, advantage = vtrace(host[0], host[1], host[2], host[3], host[4], gamma, lam, rho_bar, c_bar)
-        return targets.to(reward.device, non_blocking=True), advantage.to(reward.device, non_blocking=True)
+        targets, advantage = vtrace(
+            host[0], host[1], host[2], host[3], host[4], gamma, lam, rho_bar, c_bar
+        )
+        return targets.to(reward.device, non_blocking=True), advantage.to(
+            reward.device, non_blocking=True
+        )
     ratio = log_ratio.exp()
     rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
     nonterminal = 1.0 - done.float()
-    following = torch.cat([value[1:], next_value.unsqueeze(0)])  # V(x_{t+1}), before masking episode ends
+    following = torch.cat(
+        [value[1:], next_value.unsqueeze(0)]
+    )  # V(x_{t+1}), before masking episode ends
     delta = rho * (reward + gamma * nonterminal * following - value)
     correction = torch.zeros_like(reward)  # v_s - V(x_s)
     last = torch.zeros_like(next_value)
@@ -51,6 +57,8 @@ def vtrace(
         last = delta[t] + gamma * c[t] * nonterminal[t] * last
         correction[t] = last
     targets = value + correction
-    next_targets = torch.cat([targets[1:], next_value.unsqueeze(0)])  # v_{s+1}; past the segment, V bootstraps
+    next_targets = torch.cat(
+        [targets[1:], next_value.unsqueeze(0)]
+    )  # v_{s+1}; past the segment, V bootstraps
     advantage = rho * (reward + gamma * nonterminal * next_targets - value)
     return targets, advantage

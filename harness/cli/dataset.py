@@ -47,22 +47,32 @@ class ReferenceConfig:
     """The returns that normalised scores are measured against."""
 
     episodes: int = 10  # deterministic episodes per measured reference
-    random_return: Optional[float] = None  # known random return; default: measured with uniform random actions
+    random_return: Optional[float] = (
+        None  # known random return; default: measured with uniform random actions
+    )
     expert_return: Optional[float] = None  # known expert return, or:
-    expert_policy: Optional[str] = None  # a checkpoint or run directory whose policy's return is measured
+    expert_policy: Optional[str] = (
+        None  # a checkpoint or run directory whose policy's return is measured
+    )
 
 
 @dataclass
 class DatasetConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     out: str = MISSING  # the dataset directory to write
-    policy: Optional[str] = None  # behaviour policy: checkpoint or run directory; None: uniform random actions
+    policy: Optional[str] = (
+        None  # behaviour policy: checkpoint or run directory; None: uniform random actions
+    )
     frames: int = 100_000  # transitions, all ranks together
     num_envs: int = 4  # envs per rank
-    mix: list[str] = field(default_factory=list)  # instead of collecting: concatenate these datasets into out
+    mix: list[str] = field(
+        default_factory=list
+    )  # instead of collecting: concatenate these datasets into out
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     seed: int = 1  # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with seed + r
-    dist_timeout_s: float = 300.0  # bounds every collective (the slowest rank's collection included)
+    dist_timeout_s: float = (
+        300.0  # bounds every collective (the slowest rank's collection included)
+    )
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.num_envs < 1 or self.reference.episodes < 1:
@@ -71,14 +81,18 @@ class DatasetConfig:
             raise ValueError("give reference.expert_return or reference.expert_policy, not both")
 
 
-def roll_out_share(cfg: DatasetConfig, layout: Layout, policy: Policy, values: dict[str, float]) -> torch.Tensor:
+def roll_out_share(
+    cfg: DatasetConfig, layout: Layout, policy: Policy, values: dict[str, float]
+) -> torch.Tensor:
     """Fill this rank's share of the storage (rank 0 allocates it); returns
     ``[episodes, their return sum]`` of the episodes that ended in it."""
     envs = make_vec_env(cfg.env.id, cfg.num_envs, cfg.env.max_episode_steps)
     torch.manual_seed(cfg.seed + layout.rank)
     world = layout.world_size
     steps = max(1, min(1000, cfg.frames // (world * cfg.num_envs)))
-    collector = RolloutCollector(envs, policy, steps * cfg.num_envs, cfg.seed + layout.rank * cfg.num_envs, next_obs=True)
+    collector = RolloutCollector(
+        envs, policy, steps * cfg.num_envs, cfg.seed + layout.rank * cfg.num_envs, next_obs=True
+    )
     if layout.rank == 0:
         dataset.allocate(cfg.out, collector.batch["rollout"][0, 0], cfg.frames)
     if world > 1:
@@ -102,18 +116,26 @@ def roll_out_share(cfg: DatasetConfig, layout: Layout, policy: Policy, values: d
 
 def mean_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
     """A reference return: ``reference.episodes`` deterministic episodes."""
-    envs = make_vec_env(cfg.env.id, cfg.reference.episodes, cfg.env.max_episode_steps, training=False)
+    envs = make_vec_env(
+        cfg.env.id, cfg.reference.episodes, cfg.env.max_episode_steps, training=False
+    )
     try:
-        return float(np.mean(evaluate(policy, envs, eval_seed(cfg.seed, 0, cfg.reference.episodes), values)))
+        return float(
+            np.mean(evaluate(policy, envs, eval_seed(cfg.seed, 0, cfg.reference.episodes), values))
+        )
     finally:
         envs.close()
 
 
-def finish(cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sources: list[dict]) -> None:
+def finish(
+    cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sources: list[dict]
+) -> None:
     """Rank 0: measure the reference returns, then write ``meta.json``."""
     episodes, return_sum = totals.tolist()
     ref = cfg.reference
-    random_return = ref.random_return if ref.random_return is not None else mean_return(cfg, policy, {})
+    random_return = (
+        ref.random_return if ref.random_return is not None else mean_return(cfg, policy, {})
+    )
     expert_return = ref.expert_return
     if ref.expert_policy is not None:
         expert, expert_values, _ = load_policy(ref.expert_policy, cfg.env.id)
@@ -153,7 +175,9 @@ def write(cfg: DatasetConfig, layout: Layout) -> None:
     if not layout.single_process:
         dist.all_reduce(totals)
         sources = [None] * layout.world_size
-        dist.all_gather_object(sources, {**source, "rank": layout.rank, "seed": cfg.seed + layout.rank})
+        dist.all_gather_object(
+            sources, {**source, "rank": layout.rank, "seed": cfg.seed + layout.rank}
+        )
     if layout.rank == 0:
         finish(cfg, random, totals, sources)
 
@@ -167,7 +191,9 @@ def main(raw: DictConfig) -> None:
         cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
         if cfg.mix:
             meta = dataset.concatenate(cfg.mix, cfg.out)
-            log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
+            log.info(
+                "wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix)
+            )
             return
         dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
         layout = Layout.from_env(trainers=1)

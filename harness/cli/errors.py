@@ -23,7 +23,12 @@ from typing import Any, NoReturn
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import open_dict, read_write
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
 
 from harness.config.help import CONF, help_text, unknown_option, unknown_setting
 
@@ -74,12 +79,18 @@ def explain(e: BaseException) -> str:
             "a config group takes an option (group=option); to choose none, leave the group out of the command "
             "(experiment=null or +experiment=null is refused by Hydra)"
         )
-    if isinstance(e, MissingConfigException) and (found := re.search(r"Could not find '([^/']+)/([^']+)'", str(e))):
+    if isinstance(e, MissingConfigException) and (
+        found := re.search(r"Could not find '([^/']+)/([^']+)'", str(e))
+    ):
         return unknown_option(found[1], found[2])
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         return unknown_setting(cause.full_key, cause.object_type)
-    if (unknown := re.match(r"Could not override '([^'.]+)'", str(e))) is not None:  # algoo=ppo: not a group or key
-        from harness.config import Config  # here: harness.cli.launch imports this module, and needs no algorithm
+    if (
+        unknown := re.match(r"Could not override '([^'.]+)'", str(e))
+    ) is not None:  # algoo=ppo: not a group or key
+        from harness.config import (
+            Config,
+        )  # here: harness.cli.launch imports this module, and needs no algorithm
 
         return unknown_setting(unknown[1], Config)
     if isinstance(cause, OmegaConfBaseException):  # seed=abc: "Error merging override seed=abc"
@@ -108,7 +119,9 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
     global _tracebacks
     argv = sys.argv[1:]
     _tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what it finds in the command instead of printing it
+    os.environ["HYDRA_FULL_ERROR"] = (
+        "1"  # Hydra raises what it finds in the command instead of printing it
+    )
     try:
         if any(a in HELP_FLAGS for a in argv):
             if speaks():
@@ -117,7 +130,9 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
         if not speaks() and any(a in PRINTING_FLAGS for a in argv):
             return
         main()
-    except HydraException as e:  # composing the config: an unknown key or option, a value of the wrong type
+    except (
+        HydraException
+    ) as e:  # composing the config: an unknown key or option, a value of the wrong type
         if _tracebacks:
             raise
         refuse(e)

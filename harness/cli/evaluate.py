@@ -47,7 +47,9 @@ class Options:
 
     run_dir: Path
     episodes: Optional[int] = None  # default: the run's eval.episodes
-    step: Optional[int] = None  # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
+    step: Optional[int] = (
+        None  # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
+    )
     seed: Optional[int] = None  # default: the run's seed, hence its evaluations' episodes
     video: bool = False  # write the first episode to <run_dir>/videos/evaluate-step-<step>.mp4
 
@@ -80,14 +82,18 @@ def _checked(key: str, value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SystemExit(f"{key}={value} is not a whole number\n{USAGE}")
     if (key == "episodes" and value < 1) or (key == "step" and value < 0):
-        raise SystemExit(f"{key}={value}: {key} must be at least {1 if key == 'episodes' else 0}\n{USAGE}")
+        raise SystemExit(
+            f"{key}={value}: {key} must be at least {1 if key == 'episodes' else 0}\n{USAGE}"
+        )
     return value
 
 
 def checkpoint_at(run_dir: Path, step: int) -> Path:
     path = checkpoint.checkpoint_dir(run_dir) / f"step-{step:012d}"
     if not (path / "state.pt").exists():
-        have = sorted(int(p.name.split("-")[1]) for p in checkpoint.checkpoint_dir(run_dir).glob("step-*"))
+        have = sorted(
+            int(p.name.split("-")[1]) for p in checkpoint.checkpoint_dir(run_dir).glob("step-*")
+        )
         raise SystemExit(f"{run_dir} has no checkpoint at step {step}; it has: {have or 'none'}")
     return path
 
@@ -101,10 +107,16 @@ def run(options: Options) -> list[float]:
             f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every checkpoint.every_frames "
             "frames, when stopped, and at the end"
         )
-    where = options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
+    where = (
+        options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
+    )
     try:
         policy, values, info = load_policy(str(where), env_id)
-    except (OSError, ValueError, checkpoint.CheckpointError) as e:  # no checkpoint yet, or none readable
+    except (
+        OSError,
+        ValueError,
+        checkpoint.CheckpointError,
+    ) as e:  # no checkpoint yet, or none readable
         raise SystemExit(f"{options.run_dir}: {e}") from None
     episodes = int(run_cfg.eval.episodes) if options.episodes is None else options.episodes
     seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)

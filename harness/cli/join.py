@@ -30,7 +30,16 @@ from omegaconf import DictConfig, OmegaConf
 from harness.algos import ALGOS
 from harness.config import Config, load, register_configs
 from harness.core.packing import schema
-from harness.data.joined import CONFIG, COUNT, HEADER_ONLY, PREFIX, JoinedSender, answer_key, hello_key, pair_group
+from harness.data.joined import (
+    CONFIG,
+    COUNT,
+    HEADER_ONLY,
+    PREFIX,
+    JoinedSender,
+    answer_key,
+    hello_key,
+    pair_group,
+)
 from harness.distributed import signals
 from harness.roles.collector import collect_loop, make_collector
 from harness.sync import Endpoint, Header, WeightSubscriber
@@ -38,7 +47,9 @@ from harness.sync.endpoints import Subscriber
 from harness.sync.store import StoreSource
 
 log = logging.getLogger("harness")
-JOINED_RANKS = 100_000  # joined collector n seeds as rank JOINED_RANKS + n: apart from every rank of the job
+JOINED_RANKS = (
+    100_000  # joined collector n seeds as rank JOINED_RANKS + n: apart from every rank of the job
+)
 USAGE = "usage: python -m harness.cli.join HOST:PORT   (trainer 0's node and the job's topology.join_port)"
 
 
@@ -78,24 +89,37 @@ def job_config(text: str) -> Config:
 
 
 def join(host: str, port: int) -> None:
-    store = dist.PrefixStore(PREFIX, dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60)))
+    store = dist.PrefixStore(
+        PREFIX, dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
+    )
     cfg = job_config(store.get(CONFIG).decode())
     number = int(store.add(COUNT, 1))
     collector, models, values, _ = make_collector(cfg, JOINED_RANKS + number)
     hello = {"schema": schema(collector.batch), "host": socket.gethostname(), "pid": os.getpid()}
     store.set(hello_key(number), json.dumps(hello))
-    answer = store.get(answer_key(number)).decode()  # the trainer answers between two of its updates
+    answer = store.get(
+        answer_key(number)
+    ).decode()  # the trainer answers between two of its updates
     if answer != "ok":
         raise SystemExit(f"the job at {host}:{port} refused this collector: {answer}")
     group = pair_group(store, number, 1, cfg.dist_timeout_s)
     source = StoreSource(store, poll_interval_s=0.005)
     endpoint = Endpoint(JOINED_RANKS + number, "joined collector", cfg.sync.name)
     header_only = store.get(HEADER_ONLY) == b"1"
-    subscriber = Leaving(Subscriber(endpoint, cfg.sync.timeout_s, source, None, header_only=header_only))
+    subscriber = Leaving(
+        Subscriber(endpoint, cfg.sync.timeout_s, source, None, header_only=header_only)
+    )
     subscriber.connect(models, values)
     log.info("joined the job at %s:%d as collector %d", host, port, number)
     try:
-        collect_loop(cfg, JOINED_RANKS + number, collector, subscriber, JoinedSender(group, cfg.dist_timeout_s), None)
+        collect_loop(
+            cfg,
+            JOINED_RANKS + number,
+            collector,
+            subscriber,
+            JoinedSender(group, cfg.dist_timeout_s),
+            None,
+        )
     finally:
         collector.envs.close()
     log.info("collector %d left the job", number)

@@ -33,7 +33,9 @@ import sys
 from pathlib import Path
 
 INTERRUPTED = 128 + signal.SIGINT  # the shell's convention for "ended by Ctrl-C"
-WORKER_EXITS = "torch.distributed.elastic.multiprocessing"  # the agent's loggers of its workers' exits
+WORKER_EXITS = (
+    "torch.distributed.elastic.multiprocessing"  # the agent's loggers of its workers' exits
+)
 _presses: list[int] = []
 
 
@@ -141,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if _presses:  # workers stopped by Ctrl-C during start-up: the agent calls that a failure
             return INTERRUPTED
-        if isinstance(e, ChildFailedError) and any(f.exitcode == USAGE_ERROR for f in e.failures.values()):
+        if isinstance(e, ChildFailedError) and any(
+            f.exitcode == USAGE_ERROR for f in e.failures.values()
+        ):
             return USAGE_ERROR  # a mistake in the command, which rank 0 has said
         held.release()
         raise

@@ -25,13 +25,17 @@ class RandomPolicy(Policy):
         super().__init__()
         self.spec = spec
 
-    def forward(self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False) -> TensorDict:
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
         n, spec = obs.shape[0], self.spec
         if spec.discrete:
             action = torch.randint(0, spec.num_actions, (n,))
         else:
             low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
-            action = (low + (high - low) * torch.rand(n, spec.num_actions)).reshape(n, *spec.action_shape)
+            action = (low + (high - low) * torch.rand(n, spec.num_actions)).reshape(
+                n, *spec.action_shape
+            )
         return TensorDict(action=action, batch_size=[n])
 
 
@@ -48,7 +52,12 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
         )
     run_cfg = OmegaConf.load(run_dir / "config.yaml")
     name = run_cfg.algo.name
-    algo_cfg = cast(AlgoConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo)))
+    algo_cfg = cast(
+        AlgoConfig,
+        OmegaConf.to_object(
+            OmegaConf.merge(OmegaConf.structured(ALGOS[name].Config), run_cfg.algo)
+        ),
+    )
     if (where / "state.pt").exists():
         state, meta = checkpoint.read(where)
     else:
@@ -57,11 +66,19 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
             raise FileNotFoundError(f"policy={path}: the run directory has no readable checkpoint")
         state, meta, where = found
     if meta["env"] != env_id:
-        raise ValueError(f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match")
+        raise ValueError(
+            f"policy={path} was trained on {meta['env']}, but env.id={env_id}: pick env= to match"
+        )
     spec = env_spec(env_id)
     algo = algorithm_for(name, spec)(algo_cfg, spec, run_cfg.collector.total_frames)
     algo.load_state_dict(state["algo"])
-    policy = algo.acting_policy(algo.published_models())  # behind its observation normaliser, frozen, if it has one
+    policy = algo.acting_policy(
+        algo.published_models()
+    )  # behind its observation normaliser, frozen, if it has one
     policy.eval()
     frames = state["progress"]["frames"]
-    return policy, algo.values_for_header(frames), {"policy": str(where), "algo": name, "frames": frames}
+    return (
+        policy,
+        algo.values_for_header(frames),
+        {"policy": str(where), "algo": name, "frames": frames},
+    )

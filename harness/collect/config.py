@@ -15,15 +15,21 @@ class CollectorConfig:
     # async: collectors stream batches, taking the newest weights before every env step.
     mode: str = "sync"
     pipeline: bool = False  # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly 1)
-    max_policy_lag: int = 4  # async mode: frames older than this many versions when the trainer gets them are dropped
+    max_policy_lag: int = (
+        4  # async mode: frames older than this many versions when the trainer gets them are dropped
+    )
     num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
-    frames_per_batch: int = 256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
+    frames_per_batch: int = (
+        256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
+    )
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
     device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
     threads: str = "auto"  # auto: OMP_NUM_THREADS if set, else one per collector
     max_env_restarts: int = 3  # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up to this many times per env
     check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
-    env_step_timeout_s: float = 60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
+    env_step_timeout_s: float = (
+        60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
+    )
     # >0: each collector rank runs its envs in a worker process that it replaces, up to this many times, when the
     # worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while the job goes on (docs/runs_that_last.md).
     # 0: a collector's death ends the job (torchrun --max-restarts restarts all of it)
@@ -50,9 +56,13 @@ class CollectorConfig:
                 f"collector.watchdog_s={self.watchdog_s}: the seconds a worker may go without an env step must be > 0"
             )
         if self.mode not in ("sync", "async"):
-            raise ValueError(f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)")
+            raise ValueError(
+                f"collector.mode={self.mode!r}: choose sync (on-policy rounds) or async (streaming)"
+            )
         if self.pipeline and self.mode != "sync":
-            raise ValueError("collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway")
+            raise ValueError(
+                "collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway"
+            )
         if self.max_policy_lag < 0:
             raise ValueError(f"collector.max_policy_lag must be >= 0, got {self.max_policy_lag}")
         counts = {
@@ -62,7 +72,9 @@ class CollectorConfig:
         }
         for name, what in counts.items():
             if getattr(self, name) < 1:
-                raise ValueError(f"collector.{name}={getattr(self, name)}: the number of {what} must be >= 1")
+                raise ValueError(
+                    f"collector.{name}={getattr(self, name)}: the number of {what} must be >= 1"
+                )
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"collector.frames_per_batch={self.frames_per_batch} is not a multiple of "

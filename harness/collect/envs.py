@@ -36,17 +36,23 @@ def check_env_id(env_id: str) -> None:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise ValueError(f"env.id={env_id!r}: cannot import {module!r}, which should register {name!r} ({e})") from e
+            raise ValueError(
+                f"env.id={env_id!r}: cannot import {module!r}, which should register {name!r} ({e})"
+            ) from e
     try:
         spec = gym.spec(name)
     except gym.error.Error as e:
-        raise ValueError(f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick one of conf/env/*.yaml.") from e
+        raise ValueError(
+            f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick one of conf/env/*.yaml."
+        ) from e
     for entry_point, (module, what, hint) in EXTRAS.items():
         if entry_point in str(spec.entry_point):
             try:
                 __import__(module)  # only probing that the extra is installed
             except ImportError as e:
-                raise ValueError(f"env.id={env_id!r} needs {what}, which is not installed. Install the extra: {hint}") from e
+                raise ValueError(
+                    f"env.id={env_id!r} needs {what}, which is not installed. Install the extra: {hint}"
+                ) from e
 
 
 class BadObservation(Exception):
@@ -56,7 +62,11 @@ class BadObservation(Exception):
 def finite(arr: np.ndarray) -> bool:
     # A few numbers (most state observations) are checked faster one by one
     # than by a ufunc, whose call costs more than CartPole's whole observation.
-    return all(map(math.isfinite, arr.ravel().tolist())) if arr.size <= 16 else bool(np.isfinite(arr).all())
+    return (
+        all(map(math.isfinite, arr.ravel().tolist()))
+        if arr.size <= 16
+        else bool(np.isfinite(arr).all())
+    )
 
 
 def observation_problem(obs: Any, space: gym.spaces.Box) -> str | None:
@@ -138,9 +148,14 @@ class RestartingEnv(gym.Wrapper):
             obs, reward, terminated, truncated, info = self.env.step(action)
             if watch is not None:
                 watch.current = None
-            if self.space is not None and (problem := observation_problem(obs, self.space)) is not None:
+            if (
+                self.space is not None
+                and (problem := observation_problem(obs, self.space)) is not None
+            ):
                 raise BadObservation(f"returned {problem} (collector.check_obs)")
-        except Exception as e:  # any failure of the env's own code, or an observation that does not fit
+        except (
+            Exception
+        ) as e:  # any failure of the env's own code, or an observation that does not fit
             if watch is not None:
                 watch.current = None
             self._failed(e)
@@ -168,7 +183,13 @@ class RestartingEnv(gym.Wrapper):
                 f"{self.describe()} {verb} {self.restarts} times, more than collector.max_env_restarts="
                 f"{self.max_restarts}; the last time it {what}"
             ) from e
-        log.warning("%s %s; making it again (restart %d of at most %d)", self.describe(), what, self.restarts, self.max_restarts)
+        log.warning(
+            "%s %s; making it again (restart %d of at most %d)",
+            self.describe(),
+            what,
+            self.restarts,
+            self.max_restarts,
+        )
 
 
 def make_vec_env(
@@ -199,7 +220,9 @@ def make_vec_env(
     def make(index: int) -> Callable[[], gym.Env]:
         return lambda: RestartingEnv(make_one, env_id, max_restarts, index, check_obs, bound)
 
-    return gym.vector.SyncVectorEnv([make(i) for i in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv(
+        [make(i) for i in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
 
 
 def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
@@ -212,7 +235,9 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
             f"image observations {obs_shape} of dtype {obs_space.dtype}: the harness takes images as uint8, channels first "
             "(harness/collect/pixels.py has wrappers that make them so)"
         )
-    obs_dtype = "uint8" if len(obs_shape) == 3 else "float32"  # images stay bytes; state vectors are stored as float32
+    obs_dtype = (
+        "uint8" if len(obs_shape) == 3 else "float32"
+    )  # images stay bytes; state vectors are stored as float32
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(obs_shape, True, (), int(act_space.n), obs_dtype=obs_dtype)
     if isinstance(act_space, gym.spaces.Box):
@@ -239,7 +264,9 @@ def reports_games(envs: gym.vector.VectorEnv) -> bool:
 def made_for(env_id: str, training: bool) -> dict[str, bool]:
     """gym.make's extra arguments: an env registered with a ``training`` flag (Atari's: lives as episodes, FIRE
     on reset, clipped rewards) is made with ``training=False`` for evaluation."""
-    return {"training": training} if "training" in gym.spec(env_id.rpartition(":")[2]).kwargs else {}
+    return (
+        {"training": training} if "training" in gym.spec(env_id.rpartition(":")[2]).kwargs else {}
+    )
 
 
 def env_spec(env_id: str, max_episode_steps: int | None = None) -> EnvSpec:

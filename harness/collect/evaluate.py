@@ -61,7 +61,9 @@ def video_schedule(run_dir: Optional[str], every: int) -> Optional[VideoSchedule
     return VideoSchedule(Path(run_dir) / "videos", every) if every and run_dir else None
 
 
-def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int], render: bool) -> gym.vector.SyncVectorEnv:
+def make_eval_envs(
+    env_id: str, episodes: int, max_episode_steps: Optional[int], render: bool
+) -> gym.vector.SyncVectorEnv:
     """``episodes`` envs; with ``render``, env 0 draws RGB frames (off-screen, no display needed)."""
     if not render:
         return make_vec_env(env_id, episodes, max_episode_steps, training=False)
@@ -69,7 +71,12 @@ def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int],
     video.headless_rendering()
     flavour = made_for(env_id, training=False)
     makers = [
-        lambda i=i: gym.make(env_id, max_episode_steps=max_episode_steps, render_mode="rgb_array" if i == 0 else None, **flavour)
+        lambda i=i: gym.make(
+            env_id,
+            max_episode_steps=max_episode_steps,
+            render_mode="rgb_array" if i == 0 else None,
+            **flavour,
+        )
         for i in range(episodes)
     ]
     return gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -77,7 +84,11 @@ def make_eval_envs(env_id: str, episodes: int, max_episode_steps: Optional[int],
 
 @torch.no_grad()
 def evaluate(
-    policy: Policy, envs: gym.vector.SyncVectorEnv, seed: int, values: dict[str, float], frames: Optional[list[np.ndarray]] = None
+    policy: Policy,
+    envs: gym.vector.SyncVectorEnv,
+    seed: int,
+    values: dict[str, float],
+    frames: Optional[list[np.ndarray]] = None,
 ) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
     the episode returns. Bounded by the envs' time limits. ``frames``: append
@@ -90,7 +101,9 @@ def evaluate(
     low_high = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     while not finished.all():
         if frames is not None and not finished[0]:
-            frames.append(cast(np.ndarray, envs.envs[0].render()))  # render_mode rgb_array: one array
+            frames.append(
+                cast(np.ndarray, envs.envs[0].render())
+            )  # render_mode rgb_array: one array
         action = policy.act(obs, values, deterministic=True)["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
@@ -119,7 +132,9 @@ class Evaluation:
         self.policy, self.seed, self.videos = policy, seed, videos
 
     def __call__(self, header: Header) -> EvalResult:
-        frames: Optional[list[np.ndarray]] = [] if self.videos is not None and self.videos.due() else None
+        frames: Optional[list[np.ndarray]] = (
+            [] if self.videos is not None and self.videos.due() else None
+        )
         returns = evaluate(self.policy, self.envs, self.seed, dict(header.values), frames)
         if self.videos is not None and frames:
             fps = self.envs.envs[0].metadata.get("render_fps") or 30

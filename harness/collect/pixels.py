@@ -43,13 +43,17 @@ class ChannelsFirst(gym.ObservationWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         space = env.observation_space
-        assert isinstance(space, gym.spaces.Box) and space.shape is not None and len(space.shape) == 3
+        assert (
+            isinstance(space, gym.spaces.Box) and space.shape is not None and len(space.shape) == 3
+        )
         height, width, channels = space.shape
         self.scale = 255 if space.dtype == np.bool_ else 1
         self.observation_space = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.uint8) * np.uint8(self.scale)
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.uint8) * np.uint8(
+            self.scale
+        )
 
 
 def make_minatar(game: str, **kwargs: Any) -> gym.Env:
@@ -121,13 +125,19 @@ def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
 
     gym.register_envs(ale_py)
     env: gym.Env = gym.make(
-        f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=108_000, **kwargs
+        f"ALE/{game}-v5",
+        frameskip=1,
+        repeat_action_probability=0.0,
+        max_num_frames_per_episode=108_000,
+        **kwargs,
     )
     env = GameStats(gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84))
     if training:
         env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        env = FireReset(env)  # in training after each lost life too; in evaluation, at the game's start
+        env = FireReset(
+            env
+        )  # in training after each lost life too; in evaluation, at the game's start
     if training:
         env = gym.wrappers.TransformReward(env, lambda reward: float(np.sign(float(reward))))
     return gym.wrappers.FrameStackObservation(env, 4)
@@ -135,6 +145,14 @@ def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
 
 def register() -> None:
     for game in MINATAR_GAMES:
-        gym.register(f"harness/MinAtar-{game}-v1", entry_point=f"{__name__}:make_minatar", kwargs={"game": game})
+        gym.register(
+            f"harness/MinAtar-{game}-v1",
+            entry_point=f"{__name__}:make_minatar",
+            kwargs={"game": game},
+        )
     for game in ATARI_GAMES:
-        gym.register(f"harness/Atari-{game}-v5", entry_point=f"{__name__}:make_atari", kwargs={"game": game, "training": True})
+        gym.register(
+            f"harness/Atari-{game}-v5",
+            entry_point=f"{__name__}:make_atari",
+            kwargs={"game": game, "training": True},
+        )

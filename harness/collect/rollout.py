@@ -54,14 +54,21 @@ STATS = (
 
 
 def batch_template(
-    policy: Policy, obs_shape: tuple[int, ...], steps: int, num_envs: int, next_obs: bool = False, obs_dtype: str = "float32"
+    policy: Policy,
+    obs_shape: tuple[int, ...],
+    steps: int,
+    num_envs: int,
+    next_obs: bool = False,
+    obs_dtype: str = "float32",
 ) -> TensorDict:
     """A packed, zero-filled batch. Collectors and trainers both build it from
     the config (the policy's outputs on a dummy observation give the extra
     fields), so the layout is known on both ends before any frame exists.
     ``next_obs``: also store each frame's next observation (the true final
     one at an episode's end), as replay-based algorithms need."""
-    obs = torch.zeros(num_envs, *obs_shape, dtype=getattr(torch, obs_dtype))  # images stay uint8 up to the trainer's network
+    obs = torch.zeros(
+        num_envs, *obs_shape, dtype=getattr(torch, obs_dtype)
+    )  # images stay uint8 up to the trainer's network
     with torch.no_grad():
         out = policy.act(obs)
     frame = out.clone().update(
@@ -77,7 +84,9 @@ def batch_template(
     if next_obs:
         frame["next_obs"] = obs.clone()
     stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in STATS})
-    batch = TensorDict(rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats)
+    batch = TensorDict(
+        rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats
+    )
     return pack(batch.zero_())
 
 
@@ -105,19 +114,35 @@ class RolloutCollector:
             )
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        assert obs_space.shape is not None  # a Box: spec_of refuses other observation spaces at start-up
-        self.batch = batch_template(policy, obs_space.shape, self.steps, self.num_envs, next_obs, spec_of(envs).obs_dtype)
+        assert (
+            obs_space.shape is not None
+        )  # a Box: spec_of refuses other observation spaces at start-up
+        self.batch = batch_template(
+            policy, obs_space.shape, self.steps, self.num_envs, next_obs, spec_of(envs).obs_dtype
+        )
         if shared:  # in shared memory (another process sends it), before any view of it is taken
             buffer_of(self.batch).share_memory_()
         # Per-field tensors and numpy views of them, looked up once: the step
         # loop then only copies (numpy item assignment is the cheapest there is).
         self.fields = dict(self.batch["rollout"].items())
         self.arrays = {k: v.numpy() for k, v in self.fields.items()}
-        env_fields = ("obs", "next_obs", "reward", "terminated", "truncated", "done", "policy_version")
+        env_fields = (
+            "obs",
+            "next_obs",
+            "reward",
+            "terminated",
+            "truncated",
+            "done",
+            "policy_version",
+        )
         self.policy_fields = [k for k in self.fields if k not in env_fields]
         self.stats = {k: self.batch["stats", k] for k in STATS}
-        self.clip = (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
-        self.games = reports_games(envs)  # Atari: count whole games (raw returns), not the learner's episodes
+        self.clip = (
+            (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
+        )
+        self.games = reports_games(
+            envs
+        )  # Atari: count whole games (raw returns), not the learner's episodes
         # A supervised worker's heartbeat (harness.roles.supervisor): [when it last stepped (0: not stepping),
         # frames stepped since its supervisor last took a batch]
         self.heartbeat: np.ndarray | None = None
@@ -154,7 +179,9 @@ class RolloutCollector:
             out = act(self.obs, header.values)
             env_action = out["action"].numpy()
             if self.clip is not None:
-                env_action = np.clip(env_action, *self.clip)  # store the sample, step the env with a legal action
+                env_action = np.clip(
+                    env_action, *self.clip
+                )  # store the sample, step the env with a legal action
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
             steps.append((self.obs_array, out, obs, reward, terminated, truncated))
             versions.append(header.version)
@@ -164,10 +191,14 @@ class RolloutCollector:
         self._write(steps, versions, final)
         self.stats["collect_s"].fill_(time.perf_counter() - started)
         if beat is not None:
-            beat[0] = 0.0  # not stepping: what follows (evaluation, handing the batch over) is not watched
+            beat[0] = (
+                0.0  # not stepping: what follows (evaluation, handing the batch over) is not watched
+            )
         return self.batch
 
-    def _write(self, steps: list[tuple], versions: list[int], final: list[tuple[int, dict]]) -> None:
+    def _write(
+        self, steps: list[tuple], versions: list[int], final: list[tuple[int, dict]]
+    ) -> None:
         """Fill the batch from one batch's steps, and count its episodes."""
         f, a, stats = self.fields, self.arrays, self.stats
         before, outs, after, rewards, terminated, truncated = zip(*steps)
@@ -216,7 +247,9 @@ class RolloutCollector:
         summed step by step from the previous batch's carry, and the totals
         step by step, in the order an accumulator updated at every step
         would add them: the same bits."""
-        ended: dict[int, list[tuple[int, float, int]]] = {}  # step -> (env, return, length) of the episodes it ended
+        ended: dict[
+            int, list[tuple[int, float, int]]
+        ] = {}  # step -> (env, return, length) of the episodes it ended
         for i in range(self.num_envs):
             start, carry, length = 0, self.episode_return[i], int(self.episode_length[i])
             for t in np.flatnonzero(ends[:, i]).tolist():
@@ -230,4 +263,6 @@ class RolloutCollector:
             episodes = sorted(ended[t])  # in env order, as a mask over the envs selects them
             self.stats["episodes"].add_(len(episodes))
             self.stats["return_sum"].add_(float(np.array([r for _, r, _ in episodes]).sum()))
-            self.stats["length_sum"].add_(float(np.array([n for _, _, n in episodes], dtype=np.int64).sum()))
+            self.stats["length_sum"].add_(
+                float(np.array([n for _, _, n in episodes], dtype=np.int64).sum())
+            )

@@ -11,4 +11,12 @@ from harness.config.schema import (
     register_configs,
 )
 
-__all__ = ["CollectorConfig", "Config", "EnvConfig", "EvalConfig", "LoggerConfig", "load", "register_configs"]
+__all__ = [
+    "CollectorConfig",
+    "Config",
+    "EnvConfig",
+    "EvalConfig",
+    "LoggerConfig",
+    "load",
+    "register_configs",
+]

@@ -46,14 +46,20 @@ def _declared_comments(cls: type) -> dict[str, str]:
         if token.type == tokenize.COMMENT
     }
     lines = source.splitlines()
-    standalone = {n for n in comments if lines[n - 1].lstrip().startswith("#")}  # not another field's trailing comment
+    standalone = {
+        n for n in comments if lines[n - 1].lstrip().startswith("#")
+    }  # not another field's trailing comment
     found = {}
     body = ast.parse(source).body[0]
     assert isinstance(body, ast.ClassDef)
     for node in body.body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        own = [comments[n] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1) if n in comments]
+        own = [
+            comments[n]
+            for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            if n in comments
+        ]
         above: list[str] = []
         line = node.lineno - 1
         while line in standalone:
@@ -94,7 +100,11 @@ def settings(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:
         if isinstance(node, DictConfig):
             rows += settings(node, f"{name}.")
         else:
-            value = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_list(node) else node._value()  # type: ignore[union-attr]
+            value = (
+                OmegaConf.to_container(node, resolve=False)
+                if OmegaConf.is_list(node)
+                else node._value()
+            )  # type: ignore[union-attr]
             rows.append((name, _show(value), docs.get(str(key), "")))
     return rows
 
@@ -122,7 +132,11 @@ def _nearest(word: str, candidates: list[str]) -> str | None:
 def unknown_setting(full_key: str, owner: type | None) -> str:
     """``algo.lrr``: the setting does not exist; the nearest one that does."""
     section, _, name = full_key.rpartition(".")
-    fields = [f.name for f in dataclasses.fields(owner)] if owner is not None and dataclasses.is_dataclass(owner) else []
+    fields = (
+        [f.name for f in dataclasses.fields(owner)]
+        if owner is not None and dataclasses.is_dataclass(owner)
+        else []
+    )
     near = _nearest(name, fields)
     hint = f"; did you mean {section + '.' if section else ''}{near}?" if near else "."
     return f"{full_key}: no such setting{' in ' + section if section else ''}{hint} (--help lists every setting)"

@@ -41,7 +41,9 @@ class TopologyConfig:
 class TrainerConfig:
     """Where trainer ranks compute (harness/distributed/placement.py)."""
 
-    device: str = "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
+    device: str = (
+        "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
+    )
     threads: str = "auto"  # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left after one per collector, shared by its trainers; all: every core of the node, shared by its trainers (sync rounds: the collectors wait while they learn)
 
     def __post_init__(self) -> None:
@@ -69,9 +71,13 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.episodes < 1:
-            raise ValueError(f"eval.every_frames must be >= 0 and eval.episodes >= 1; got {self.every_frames}, {self.episodes}")
+            raise ValueError(
+                f"eval.every_frames must be >= 0 and eval.episodes >= 1; got {self.every_frames}, {self.episodes}"
+            )
         if self.video_every < 0:
-            raise ValueError(f"eval.video_every must be >= 0 (0: no videos), got {self.video_every}")
+            raise ValueError(
+                f"eval.video_every must be >= 0 (0: no videos), got {self.video_every}"
+            )
         if self.video_every:
             check_video_support()
 
@@ -86,16 +92,22 @@ class LoggerConfig:
     backends: list[str] = field(
         default_factory=lambda: ["csv"]
     )  # any of csv, wandb, tensorboard; metrics.csv is written regardless
-    log_every_frames: int = 10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
+    log_every_frames: int = (
+        10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
+    )
     console: bool = True  # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
-    mode: str = "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
+    mode: str = (
+        "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
+    )
     project: str = "harness"  # wandb project
     entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
     group: Optional[str] = (
         None  # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's runs
     )
     name: Optional[str] = None  # wandb run name; default: the run directory's name
-    tags: list[str] = field(default_factory=list)  # wandb tags, after the algo, env and sync scheme (always tagged)
+    tags: list[str] = field(
+        default_factory=list
+    )  # wandb tags, after the algo, env and sync scheme (always tagged)
     init_timeout_s: float = 60.0  # give up on reaching wandb after this long (training goes on)
 
     def __post_init__(self) -> None:
@@ -131,7 +143,9 @@ class Config:
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
-    dataset: Optional[str] = None  # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+    dataset: Optional[str] = (
+        None  # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+    )
 
     def __post_init__(self) -> None:
         self._check_dataset()
@@ -144,7 +158,9 @@ class Config:
             )
         self._check_run_name()
         if self.dist_timeout_s <= 0:
-            raise ValueError(f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}")
+            raise ValueError(
+                f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}"
+            )
         self._check_trainers()
         self._check_join()
         if self.collector.max_restarts and SCHEMES[self.sync.name].gpu_collectors:
@@ -153,7 +169,9 @@ class Config:
                 "collector takes its weights from its rank through the node's shared memory, and NCCL delivers them "
                 "into each collector's GPU, in a group fixed when the job starts. Use sync=gloo, shm or hierarchical"
             )
-        if self.algo.name == "ppo" and self.algo.vtrace is None:  # V-trace where frames are older than the weights
+        if (
+            self.algo.name == "ppo" and self.algo.vtrace is None
+        ):  # V-trace where frames are older than the weights
             self.algo.vtrace = self.collector.mode == "async" or self.collector.pipeline
 
     def _check_trainers(self) -> None:
@@ -164,7 +182,11 @@ class Config:
                 "gradient steps on a dataset while collectors only evaluate, so more trainers add no data, and their "
                 "loop does not average gradients yet. Use topology.trainers=1 (add collector ranks to evaluate more)"
             )
-        if trainers > 1 and isinstance(self.algo, OffPolicyConfig) and self.algo.batch_size % trainers:
+        if (
+            trainers > 1
+            and isinstance(self.algo, OffPolicyConfig)
+            and self.algo.batch_size % trainers
+        ):
             raise ValueError(
                 f"algo.batch_size={self.algo.batch_size} cannot be split over topology.trainers={trainers} (each samples "
                 f"batch_size / {trainers} from its own replay): use a multiple of {trainers}, e.g. "
@@ -181,7 +203,9 @@ class Config:
         if not port:
             return
         if not 0 < port < 65536:
-            raise ValueError(f"topology.join_port={port}: a TCP port is 1-65535 (0: no collectors join)")
+            raise ValueError(
+                f"topology.join_port={port}: a TCP port is 1-65535 (0: no collectors join)"
+            )
         why = None
         if self.collector.mode != "async":
             why = "collector.mode=sync: a round takes one batch from each of the job's collectors; use collector.mode=async"
@@ -200,7 +224,9 @@ class Config:
                 f"`python -m harness.cli.dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
             )
         if not offline and self.dataset:
-            raise ValueError(f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data")
+            raise ValueError(
+                f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data"
+            )
 
     def _check_run_name(self) -> None:
         name = self.run_name
@@ -210,7 +236,9 @@ class Config:
                 f"give run_dir={name or 'PATH'} instead"
             )
         if name and self.run_dir:
-            raise ValueError(f"run_name={name} and run_dir={self.run_dir} both name the run directory: give one of them")
+            raise ValueError(
+                f"run_name={name} and run_dir={self.run_dir} both name the run directory: give one of them"
+            )
 
     @property
     def algo_env(self) -> str:
@@ -224,7 +252,9 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, algo in ALGOS.items():
-        cs.store(group="schema/algo", name=name, node=algo.Config)  # out of algo/: not a choice of its own
+        cs.store(
+            group="schema/algo", name=name, node=algo.Config
+        )  # out of algo/: not a choice of its own
 
 
 def _keys(node: Any, prefix: str = "") -> set[str]:
@@ -240,7 +270,12 @@ def check_known_keys(cfg: DictConfig, typed: Config) -> None:
     known = _keys(OmegaConf.to_container(OmegaConf.structured(typed)))
     unknown = sorted(_keys(OmegaConf.to_container(cfg, resolve=False)) - known)
     if unknown:
-        hints = [f"{k} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(k, known, n=1)) else k for k in unknown]
+        hints = [
+            f"{k} (did you mean {close[0]}?)"
+            if (close := difflib.get_close_matches(k, known, n=1))
+            else k
+            for k in unknown
+        ]
         raise ValueError(
             f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config/schema.py "
             "or its algorithm's file; check the spelling, and drop a leading +"
@@ -250,7 +285,9 @@ def check_known_keys(cfg: DictConfig, typed: Config) -> None:
 def load(cfg: DictConfig) -> Config:
     """The composed config as typed objects; runs every ``__post_init__`` check."""
     if cfg.get("algo") is None or cfg.algo.get("name") not in ALGOS:
-        raise ValueError(f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}")
+        raise ValueError(
+            f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}"
+        )
     typed = cast(Config, OmegaConf.to_object(cfg))  # composed on base_config: a Config
     check_known_keys(cfg, typed)
     check_algo_fits_env(typed)

@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 class CheckpointConfig:
     """When trainer 0 writes checkpoints, and how many it keeps."""
 
-    every_frames: int = 100_000  # write one each time this many more frames were learned from; 0: only at the end
+    every_frames: int = (
+        100_000  # write one each time this many more frames were learned from; 0: only at the end
+    )
     keep: int = 3  # newest checkpoints kept; older ones are deleted
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
     start_over: bool = False  # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
@@ -53,7 +55,9 @@ class CheckpointConfig:
             )
         unknown = sorted(set(self.init_with) - set(INIT_WITH))
         if unknown:
-            raise ValueError(f"checkpoint.init_with={list(self.init_with)}: {unknown} unknown; choose from {list(INIT_WITH)}")
+            raise ValueError(
+                f"checkpoint.init_with={list(self.init_with)}: {unknown} unknown; choose from {list(INIT_WITH)}"
+            )
         if self.init_from is not None and not holds_a_checkpoint(Path(self.init_from)):
             raise ValueError(
                 f"checkpoint.init_from={self.init_from}: no checkpoint there. Name a checkpoint directory "
@@ -61,7 +65,10 @@ class CheckpointConfig:
             )
 
 
-INIT_WITH = ("normalizer", "optimizer")  # checkpoint.init_with's choices: what may come along with the weights
+INIT_WITH = (
+    "normalizer",
+    "optimizer",
+)  # checkpoint.init_with's choices: what may come along with the weights
 
 
 def holds_a_checkpoint(path: Path) -> bool:
@@ -89,8 +96,16 @@ def non_finite(state: object, prefix: str = "") -> list[str]:
     """The keys of floating-point tensors in ``state`` (nested dicts and lists)
     that hold a NaN or an infinity."""
     if isinstance(state, torch.Tensor):
-        return [prefix] if state.is_floating_point() and not bool(torch.isfinite(state).all()) else []
-    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+        return (
+            [prefix] if state.is_floating_point() and not bool(torch.isfinite(state).all()) else []
+        )
+    items = (
+        state.items()
+        if isinstance(state, dict)
+        else enumerate(state)
+        if isinstance(state, (list, tuple))
+        else ()
+    )
     return [key for k, v in items for key in non_finite(v, f"{prefix}.{k}" if prefix else str(k))]
 
 
@@ -116,7 +131,9 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     final = root / f"step-{meta['step']:012d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    free = shutil.disk_usage(root).free  # before: a failed write's file may hold its space until torch lets it go
+    free = shutil.disk_usage(
+        root
+    ).free  # before: a failed write's file may hold its space until torch lets it go
     try:
         tmp.mkdir()
         torch.save(state, tmp / "state.pt")
@@ -125,8 +142,13 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
         for f in tmp.iterdir():  # durable before it becomes visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError of its stream
-        shutil.rmtree(tmp, ignore_errors=True)  # no partial checkpoint left behind; the earlier ones stay
+    except (
+        OSError,
+        RuntimeError,
+    ) as e:  # torch.save reports a failed write as a RuntimeError of its stream
+        shutil.rmtree(
+            tmp, ignore_errors=True
+        )  # no partial checkpoint left behind; the earlier ones stay
         raise write_error(final, state_bytes(state), free, e) from e
     if final.exists():  # the same frame count again (a resumed run's final save)
         shutil.rmtree(final)
@@ -140,7 +162,13 @@ def state_bytes(state: object) -> int:
     """The bytes of every tensor in ``state``: about what ``torch.save`` writes."""
     if isinstance(state, torch.Tensor):
         return state.untyped_storage().nbytes()
-    items = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    items = (
+        state.values()
+        if isinstance(state, dict)
+        else state
+        if isinstance(state, (list, tuple))
+        else ()
+    )
     return sum(state_bytes(v) for v in items)
 
 
@@ -165,7 +193,9 @@ def verified_meta(path: Path) -> dict:
     """A checkpoint's meta, once its ``state.pt`` matches the checksum written with it."""
     meta = json.loads((Path(path) / "meta.json").read_text())
     if meta.get("sha256") != sha256(Path(path) / "state.pt"):
-        raise CheckpointError(f"{path}/state.pt does not match the checksum in its meta.json: its bytes were damaged")
+        raise CheckpointError(
+            f"{path}/state.pt does not match the checksum in its meta.json: its bytes were damaged"
+        )
     return meta
 
 
@@ -196,7 +226,9 @@ def newest_readable(run_dir: Path, fix: str) -> tuple[dict, dict, Path] | None:
         try:
             state, meta = read(path)
         except Exception as e:  # any unreadable checkpoint is skipped, not fatal
-            log.warning("skipping checkpoint %s: it cannot be read (%s: %s)", path, type(e).__name__, e)
+            log.warning(
+                "skipping checkpoint %s: it cannot be read (%s: %s)", path, type(e).__name__, e
+            )
             continue
         return state, meta, path
     if paths:
@@ -237,7 +269,11 @@ def load_init(init_from: str) -> tuple[dict, dict, Path]:
                 f"{where.parent}, or the run directory for its newest intact one"
             ) from e
         return state, meta, where.resolve()
-    found = newest_readable(where, f"checkpoint.init_from={init_from}: name another run or checkpoint")
+    found = newest_readable(
+        where, f"checkpoint.init_from={init_from}: name another run or checkpoint"
+    )
     if found is None:
-        raise CheckpointError(f"checkpoint.init_from={init_from}: {checkpoint_dir(where)} holds no checkpoint")
+        raise CheckpointError(
+            f"checkpoint.init_from={init_from}: {checkpoint_dir(where)} holds no checkpoint"
+        )
     return found[0], found[1], found[2].resolve()

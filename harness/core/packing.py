@@ -26,7 +26,9 @@ def pack(td: TensorDictBase) -> TensorDictBase:
     packed that way would have its parameters moved back to the CPU.)"""
     devices = {t.device for t in leaf_tensors(td)}
     if len(devices) > 1:
-        raise ValueError(f"pack() needs every tensor on one device; these are on {sorted(map(str, devices))}")
+        raise ValueError(
+            f"pack() needs every tensor on one device; these are on {sorted(map(str, devices))}"
+        )
     return td.consolidate(device=devices.pop() if devices else None)
 
 
@@ -53,10 +55,14 @@ def buffer_of(packed: TensorDictBase) -> torch.Tensor:
     base, end = storage.data_ptr(), 0
     for t in leaves:
         if t.data_ptr() - base != end or not t.is_contiguous():
-            raise TypeError("buffer_of(): the leaves do not tile one storage as pack() lays them out")
+            raise TypeError(
+                "buffer_of(): the leaves do not tile one storage as pack() lays them out"
+            )
         end += -(-t.nbytes // 8) * 8
     if end != storage.nbytes():
-        raise TypeError(f"buffer_of(): the leaves fill {end} bytes of a {storage.nbytes()}-byte storage")
+        raise TypeError(
+            f"buffer_of(): the leaves fill {end} bytes of a {storage.nbytes()}-byte storage"
+        )
     return _bytes(storage, 0, end)
 
 
@@ -100,7 +106,9 @@ def pack_parameters_(module: ModuleT) -> ModuleT:
     return module
 
 
-def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor] | None:
+def flat_region(
+    source: TensorDictBase, target: TensorDictBase
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(source bytes, target bytes)`` when every leaf of ``source`` sits in one
     buffer at the same relative offsets, dtypes and shapes as in ``target``, and
     so does every leaf of ``target``: then one flat copy moves them all, also
@@ -110,16 +118,25 @@ def flat_region(source: TensorDictBase, target: TensorDictBase) -> tuple[torch.T
     dst = list(leaf_tensors(target))
     if not src or len(src) != len(dst):
         return None
-    if any(a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or not b.is_contiguous() for a, b in zip(src, dst)):
+    if any(
+        a.dtype != b.dtype or a.shape != b.shape or not a.is_contiguous() or not b.is_contiguous()
+        for a, b in zip(src, dst)
+    ):
         return None
     storage = src[0].untyped_storage()
     if any(t.untyped_storage().data_ptr() != storage.data_ptr() for t in src):
         return None
-    if any(t.device != dst[0].device or t.untyped_storage().data_ptr() != dst[0].untyped_storage().data_ptr() for t in dst):
+    if any(
+        t.device != dst[0].device
+        or t.untyped_storage().data_ptr() != dst[0].untyped_storage().data_ptr()
+        for t in dst
+    ):
         return None
     base_src, base_dst = src[0].data_ptr(), dst[0].data_ptr()
     if any(a.data_ptr() - base_src != b.data_ptr() - base_dst for a, b in zip(src, dst)):
         return None
     nbytes = max(t.data_ptr() + t.numel() * t.element_size() for t in dst) - base_dst
     dst_storage = dst[0].untyped_storage()
-    return _bytes(storage, base_src - storage.data_ptr(), nbytes), _bytes(dst_storage, base_dst - dst_storage.data_ptr(), nbytes)
+    return _bytes(storage, base_src - storage.data_ptr(), nbytes), _bytes(
+        dst_storage, base_dst - dst_storage.data_ptr(), nbytes
+    )

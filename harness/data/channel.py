@@ -63,9 +63,18 @@ def send_while(send: Callable[[], None], while_waiting: Callable[[], object] | N
 class BatchSender:
     """A collector's end: sends each batch to its trainer."""
 
-    def __init__(self, group: dist.ProcessGroup, rank: int, trainer: int, template: TensorDict, timeout_s: float):
+    def __init__(
+        self,
+        group: dist.ProcessGroup,
+        rank: int,
+        trainer: int,
+        template: TensorDict,
+        timeout_s: float,
+    ):
         self.group, self.rank, self.trainer, self.timeout_s = group, rank, trainer, timeout_s
-        check_schema(schema(template), group=group, root=0, who=f"rank {rank} (collector)", what="batch")
+        check_schema(
+            schema(template), group=group, root=0, who=f"rank {rank} (collector)", what="batch"
+        )
         # A collector fills and sends the same packed batch every time: find its buffer once.
         self._batch: TensorDict | None = None
         self._wire: torch.Tensor | None = None
@@ -89,7 +98,9 @@ class BatchSender:
         wait = Wait(self.timeout_s, "dist_timeout_s")
         try:
             work = dist.isend(self._buffer(batch), dst=self.trainer, group=self.group)
-            assert work is not None  # None only on a rank outside the group; every rank is in the data channel's
+            assert (
+                work is not None
+            )  # None only on a rank outside the group; every rank is in the data channel's
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             raise ChannelError(
@@ -108,10 +119,21 @@ class BatchSender:
 class BatchReceiver:
     """A trainer's end: batches from its collectors into preallocated buffers."""
 
-    def __init__(self, group: dist.ProcessGroup, rank: int, collectors: list[int], template: TensorDict, timeout_s: float):
+    def __init__(
+        self,
+        group: dist.ProcessGroup,
+        rank: int,
+        collectors: list[int],
+        template: TensorDict,
+        timeout_s: float,
+    ):
         self.group, self.rank, self.collectors, self.timeout_s = group, rank, collectors, timeout_s
-        check_schema(schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch")
-        self.buffers = {c: pack(template.clone()) for c in collectors}  # sync mode: one per collector
+        check_schema(
+            schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch"
+        )
+        self.buffers = {
+            c: pack(template.clone()) for c in collectors
+        }  # sync mode: one per collector
         self.any_buffer = pack(template.clone())  # async mode: whoever comes first
         self.wires = {c: buffer_of(b) for c, b in self.buffers.items()}  # their bytes, what arrives
         self.any_wire = buffer_of(self.any_buffer)
@@ -158,9 +180,15 @@ class BatchReceiver:
         """The next batch from whichever collector sends first (async mode);
         valid until the next call. Also fails, naming it, when one collector
         has sent nothing for the timeout while others keep sending."""
-        silent = [c for c in self.collectors if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s]
+        silent = [
+            c
+            for c in self.collectors
+            if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s
+        ]
         if silent:
-            since = Wait(self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]])  # its last batch
+            since = Wait(
+                self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]]
+            )  # its last batch
             raise self._error(silent[0], "the other collectors kept sending", since)
         wait = Wait(self.timeout_s, "dist_timeout_s")
         try:

@@ -54,7 +54,9 @@ def open_storage(path: str | Path, read_only: bool = False) -> TensorDict:
     dataset can change a byte of it, nor grow a file (a shared mapping of a
     file shorter than its tensor extends the file); else shared, for the
     writers of :mod:`harness.cli.dataset`."""
-    return TensorDict.load_memmap(str(Path(path) / "data"), allow_pickle=False, mode="r" if read_only else None)
+    return TensorDict.load_memmap(
+        str(Path(path) / "data"), allow_pickle=False, mode="r" if read_only else None
+    )
 
 
 def field_layout(path: Path) -> dict:
@@ -62,17 +64,25 @@ def field_layout(path: Path) -> dict:
     try:
         layout = json.loads((path / "data" / "meta.json").read_text())
     except (OSError, ValueError) as e:
-        raise DatasetError(f"{path}/data/meta.json cannot be read ({e}): write the dataset again") from e
+        raise DatasetError(
+            f"{path}/data/meta.json cannot be read ({e}): write the dataset again"
+        ) from e
     if not isinstance(layout, dict):
-        raise DatasetError(f"{path}/data/meta.json is damaged (not a mapping): write the dataset again")
+        raise DatasetError(
+            f"{path}/data/meta.json is damaged (not a mapping): write the dataset again"
+        )
     return layout
 
 
 def _shape(path: Path, layout: dict, key: str | None) -> tuple[int, ...]:
     """A field's shape in ``data/meta.json`` (``key`` None: the batch's), checked to be one."""
     shape = (layout if key is None else layout[key]).get("shape")
-    if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d >= 0 for d in shape)):
-        raise DatasetError(f"{path}/data/meta.json gives {key or 'the batch'} the shape {shape!r}: write the dataset again")
+    if not (
+        isinstance(shape, list) and shape and all(isinstance(d, int) and d >= 0 for d in shape)
+    ):
+        raise DatasetError(
+            f"{path}/data/meta.json gives {key or 'the batch'} the shape {shape!r}: write the dataset again"
+        )
     return tuple(shape)
 
 
@@ -82,17 +92,22 @@ def check_sizes(path: Path, meta: Meta) -> None:
     layout = field_layout(path)
     missing = [k for k in FIELDS if not isinstance(layout.get(k), dict)]
     shapes = {k: _shape(path, layout, k) for k in FIELDS if k not in missing}
-    held = sorted({shape[0] for shape in [_shape(path, layout, None), *shapes.values()]} - {meta.transitions})
+    held = sorted(
+        {shape[0] for shape in [_shape(path, layout, None), *shapes.values()]} - {meta.transitions}
+    )
     if missing or held:
         raise DatasetError(
             f"{path} is damaged: meta.json says {meta.transitions} transitions, data/ holds "
-            f"{', '.join(map(str, held)) or meta.transitions}" + (f" and lacks {missing}" if missing else "")
+            f"{', '.join(map(str, held)) or meta.transitions}"
+            + (f" and lacks {missing}" if missing else "")
         )
     for key, shape in shapes.items():
         name = str(layout[key].get("dtype", ""))
         dtype = getattr(torch, name.removeprefix("torch."), None)
         if not isinstance(dtype, torch.dtype):
-            raise DatasetError(f"{path}/data/meta.json gives {key} the dtype {name!r}, which is not a torch dtype")
+            raise DatasetError(
+                f"{path}/data/meta.json gives {key} the dtype {name!r}, which is not a torch dtype"
+            )
         file = path / "data" / f"{key}.memmap"
         expected = math.prod(shape) * dtype.itemsize
         size = file.stat().st_size if file.exists() else 0
@@ -164,19 +179,25 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
             "for a Minari dataset already on this machine"
         )
     if not (path / "meta.json").exists():
-        raise DatasetError(f"{path} has no meta.json: its write never finished. Delete it and write it again")
+        raise DatasetError(
+            f"{path} has no meta.json: its write never finished. Delete it and write it again"
+        )
     try:
         meta = Meta(**json.loads((path / "meta.json").read_text()))
     except (ValueError, TypeError) as e:  # not JSON, or not the fields of a Meta
         raise DatasetError(f"{path}/meta.json is damaged ({e}): write the dataset again") from e
     if meta.format != FORMAT:
-        raise DatasetError(f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}")
+        raise DatasetError(
+            f"{path} has dataset format {meta.format}; this harness reads format {FORMAT}"
+        )
     refuse_non_tensors(path)
     check_sizes(path, meta)
     return open_storage(path, read_only=True), meta
 
 
-def check_shapes(name: str, data: TensorDict, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> None:
+def check_shapes(
+    name: str, data: TensorDict, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]
+) -> None:
     """Refuse a dataset whose observations or actions do not fit the env's."""
     got = (tuple(data["obs"].shape[1:]), tuple(data["action"].shape[1:]))
     if got != (tuple(obs_shape), tuple(action_shape)):
@@ -199,7 +220,9 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
     data = cast(TensorDict, torch.cat([d.select(*FIELDS).to_tensordict() for d, _ in loaded]))
     metas = [m for _, m in loaded]
     episodes = sum(m.episodes for m in metas)
-    behaviour = sum(m.behaviour_return * m.episodes for m in metas) / episodes if episodes else float("nan")
+    behaviour = (
+        sum(m.behaviour_return * m.episodes for m in metas) / episodes if episodes else float("nan")
+    )
 
     def mean_of(values: list[float | None]) -> float | None:
         return None if None in values else sum(cast("list[float]", values)) / len(values)

@@ -31,6 +31,10 @@ class Meta:
 
     def normalized(self, ret: float) -> float | None:
         """``100 * (ret - random) / (expert - random)``; None without both references."""
-        if self.random_return is None or self.expert_return is None or self.expert_return == self.random_return:
+        if (
+            self.random_return is None
+            or self.expert_return is None
+            or self.expert_return == self.random_return
+        ):
             return None
         return 100 * (ret - self.random_return) / (self.expert_return - self.random_return)

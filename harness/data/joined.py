@@ -46,21 +46,35 @@ def answer_key(number: int) -> str:
 
 def pair_group(store: dist.Store, number: int, rank: int, timeout_s: float) -> dist.ProcessGroup:
     """Joined collector ``number``'s group of two: the trainer (rank 0) and it (rank 1)."""
-    group = dist.ProcessGroupGloo(dist.PrefixStore(f"{number}/group", store), rank, 2, timedelta(seconds=timeout_s))
-    return cast(dist.ProcessGroup, group)  # a ProcessGroup's point-to-point calls, which the stubs give the base only
+    group = dist.ProcessGroupGloo(
+        dist.PrefixStore(f"{number}/group", store), rank, 2, timedelta(seconds=timeout_s)
+    )
+    return cast(
+        dist.ProcessGroup, group
+    )  # a ProcessGroup's point-to-point calls, which the stubs give the base only
 
 
 class JoinDesk:
     """Trainer 0's side: accepts joining collectors and hands over their batches."""
 
-    def __init__(self, store: dist.Store, template: TensorDict, timeout_s: float, server: dist.Store | None = None):
+    def __init__(
+        self,
+        store: dist.Store,
+        template: TensorDict,
+        timeout_s: float,
+        server: dist.Store | None = None,
+    ):
         """``server``: the store's own, when ``store`` is a prefix of it (kept as long as the desk)."""
         self.store, self.template, self.timeout_s, self.server = store, template, timeout_s, server
         self.seen = 0  # joiners that took a number
-        self.waiting: list[int] = []  # those that have not said hello yet (they make their envs first)
+        self.waiting: list[
+            int
+        ] = []  # those that have not said hello yet (they make their envs first)
         self.looked_at = -LOOK_S  # when the store was last asked for newcomers
         self.ready: queue.Queue[tuple[threading.Event, TensorDict]] = queue.Queue()
-        self.taken: threading.Event | None = None  # the batch handed out last: its thread waits to receive the next
+        self.taken: threading.Event | None = (
+            None  # the batch handed out last: its thread waits to receive the next
+        )
         self.threads: dict[int, threading.Thread] = {}
 
     def poll(self) -> TensorDict | None:
@@ -68,7 +82,9 @@ class JoinDesk:
         if self.taken is not None:
             self.taken.set()  # the last one was used: its collector's next batch may land in its buffer
             self.taken = None
-        if time.monotonic() - self.looked_at > LOOK_S:  # a round trip to the store: not before every batch
+        if (
+            time.monotonic() - self.looked_at > LOOK_S
+        ):  # a round trip to the store: not before every batch
             self.looked_at = time.monotonic()
             if (count := int(self.store.add(COUNT, 0))) > self.seen:
                 self.waiting += range(self.seen + 1, count + 1)
@@ -86,11 +102,16 @@ class JoinDesk:
         hello = json.loads(self.store.get(hello_key(number)))
         who = f"collector {number} of another launch ({hello['host']}, pid {hello['pid']})"
         if hello["schema"] != schema(self.template):
-            self.store.set(answer_key(number), "its batches' layout differs from this job's: launch it from the same harness")
+            self.store.set(
+                answer_key(number),
+                "its batches' layout differs from this job's: launch it from the same harness",
+            )
             log.warning("%s refused: its batches' layout differs", who)
             return
         self.store.set(answer_key(number), "ok")
-        thread = threading.Thread(target=self._receive, args=(number, who), name=f"joined-{number}", daemon=True)
+        thread = threading.Thread(
+            target=self._receive, args=(number, who), name=f"joined-{number}", daemon=True
+        )
         self.threads[number] = thread
         thread.start()
 
@@ -109,7 +130,9 @@ class JoinDesk:
                 used = threading.Event()
                 self.ready.put((used, batch))
                 used.wait()
-        except RuntimeError as e:  # it died, or fell silent for the timeout: it costs its own frames only
+        except (
+            RuntimeError
+        ) as e:  # it died, or fell silent for the timeout: it costs its own frames only
             log.warning("%s dropped: %s", who, str(e).splitlines()[0])
 
     def close(self) -> None:
@@ -134,14 +157,18 @@ class JoinedSender:
     def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None:
         """Returns once the trainer took ``batch``; ``while_waiting`` is called meanwhile (async mode: the weights)."""
         batch["stats", "joined"].fill_(1)
-        batch["stats", "preempt"].zero_()  # its SIGTERM means: this collector leaves, not: the job stops
+        batch[
+            "stats", "preempt"
+        ].zero_()  # its SIGTERM means: this collector leaves, not: the job stops
         send_while(lambda: self._send(batch), while_waiting)
 
     def _send(self, batch: TensorDict) -> None:
         try:
             self.group.send([buffer_of(batch)], 0, 0).wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
-            raise ChannelError(f"the job's trainer did not take a batch: {str(e).splitlines()[0]}") from e
+            raise ChannelError(
+                f"the job's trainer did not take a batch: {str(e).splitlines()[0]}"
+            ) from e
 
     def send_last(self, batch: TensorDict) -> None:
         batch["stats"].zero_()

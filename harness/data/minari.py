@@ -23,7 +23,9 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
         import minari
         from minari.storage import get_dataset_path
     except ImportError as e:
-        raise DatasetError(f"dataset=minari:{dataset_id} needs Minari: pip install -e '.[offline]'") from e
+        raise DatasetError(
+            f"dataset=minari:{dataset_id} needs Minari: pip install -e '.[offline]'"
+        ) from e
     where = get_dataset_path(dataset_id)
     if not (where / "data").exists():
         raise DatasetError(
@@ -36,7 +38,9 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
     returns = []
     for episode in dataset.iterate_episodes():
         if not isinstance(episode.observations, np.ndarray):
-            raise DatasetError(f"Minari dataset {dataset_id!r} has structured observations; only Box observations are supported")
+            raise DatasetError(
+                f"Minari dataset {dataset_id!r} has structured observations; only Box observations are supported"
+            )
         parts["obs"].append(episode.observations[:-1])
         parts["next_obs"].append(episode.observations[1:])
         parts["action"].append(episode.actions)

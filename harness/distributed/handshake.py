@@ -20,7 +20,9 @@ class SchemaMismatchError(HandshakeError):
     """The two ends of a channel disagree on what the bytes mean."""
 
 
-def check_schema(lines: list[str], *, group: dist.ProcessGroup, root: int, who: str, what: str) -> None:
+def check_schema(
+    lines: list[str], *, group: dist.ProcessGroup, root: int, who: str, what: str
+) -> None:
     """Compare ``lines`` on every member of ``group`` with the root's.
 
     The root broadcasts its schema; each member compares and all members
@@ -32,7 +34,9 @@ def check_schema(lines: list[str], *, group: dist.ProcessGroup, root: int, who: 
         size = torch.tensor([len(text)], dtype=torch.int64)
         dist.broadcast(size, src=root, group=group)
         data = (
-            torch.tensor(list(text), dtype=torch.uint8) if dist.get_rank() == root else torch.empty(int(size), dtype=torch.uint8)
+            torch.tensor(list(text), dtype=torch.uint8)
+            if dist.get_rank() == root
+            else torch.empty(int(size), dtype=torch.uint8)
         )
         dist.broadcast(data, src=root, group=group)
         theirs = bytes(data.tolist()).decode().split("\n")

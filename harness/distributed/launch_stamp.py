@@ -41,7 +41,11 @@ def clock() -> str:
 
 def under_torchrun_store(env: Mapping[str, str] = os.environ) -> bool:
     """torchrun started this rank and hosts the job's store in its agent."""
-    return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in env and "MASTER_PORT" in env
+    return (
+        env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        and "MASTER_ADDR" in env
+        and "MASTER_PORT" in env
+    )
 
 
 def shared(env: Mapping[str, str] = os.environ) -> bool:
@@ -64,7 +68,14 @@ def launch_stamp() -> str:
 def _from_store(host: str, port: int, mine: str) -> str:
     """``mine``, if this is the first rank of the launch to ask; else the first one's."""
     try:
-        store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
+        store = dist.TCPStore(
+            host,
+            port,
+            None,
+            False,
+            timeout=timedelta(seconds=STORE_TIMEOUT_S),
+            wait_for_workers=False,
+        )
         return store.compare_set(STORE_KEY, "", mine).decode()
     except (RuntimeError, dist.DistError) as e:
         raise RuntimeError(

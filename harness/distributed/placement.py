@@ -28,16 +28,23 @@ from harness.distributed.topology import Layout
 
 AUTO = "auto"
 ALL = "all"  # trainer.threads: every core of the node, shared by its trainers
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what torch's own thread count follows, in this order
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)  # what torch's own thread count follows, in this order
 
 
 def check_placement(section: str, device: str, threads: str) -> None:
     """A ``trainer`` or ``collector`` section's ``device`` and ``threads``, checked when the config loads."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
-    named = (AUTO, ALL) if section == "trainer" else (AUTO,)  # a collector's envs step on one thread each
+    named = (
+        (AUTO, ALL) if section == "trainer" else (AUTO,)
+    )  # a collector's envs step on one thread each
     if threads not in named and not (threads.isdigit() and int(threads) >= 1):
-        raise ValueError(f"{section}.threads={threads!r}: choose {' or '.join(named)} or a number of threads >= 1")
+        raise ValueError(
+            f"{section}.threads={threads!r}: choose {' or '.join(named)} or a number of threads >= 1"
+        )
 
 
 class PlacementError(ValueError):
@@ -75,14 +82,22 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _wants_cuda(is_trainer: bool, trainer_device: str, collector_device: str, gpu_collectors: bool, gpus: int) -> bool:
+def _wants_cuda(
+    is_trainer: bool, trainer_device: str, collector_device: str, gpu_collectors: bool, gpus: int
+) -> bool:
     choice = trainer_device if is_trainer else collector_device
     if choice == AUTO:
         return gpus > 0 if is_trainer else gpu_collectors
     return choice == "cuda"
 
 
-def check_devices(trainer_device: str, collector_device: str, gpu_collectors: bool, scheme: str, single_process: bool) -> None:
+def check_devices(
+    trainer_device: str,
+    collector_device: str,
+    gpu_collectors: bool,
+    scheme: str,
+    single_process: bool,
+) -> None:
     """The device choices that cannot work together, whichever node a rank is on (every rank finds the same)."""
     if single_process:
         return
@@ -125,8 +140,13 @@ def place(
     # This rank's own role only: a job of GPU trainer nodes and CPU collector nodes is a layout, not a mistake.
     role, choice = ("trainer", trainer_device) if is_trainer else ("collector", collector_device)
     if choice == "cuda" and gpus == 0:
-        raise PlacementError(f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu")
-    wants = [_wants_cuda(r < layout.trainers, trainer_device, collector_device, gpu_collectors, gpus) for r in layout.node_ranks]
+        raise PlacementError(
+            f"{role}.device=cuda but this node has no CUDA device: use {role}.device=auto or cpu"
+        )
+    wants = [
+        _wants_cuda(r < layout.trainers, trainer_device, collector_device, gpu_collectors, gpus)
+        for r in layout.node_ranks
+    ]
     cuda_ranks = [r for r, want in zip(layout.node_ranks, wants) if want]
     device = "cpu"
     if layout.rank in cuda_ranks:
@@ -139,7 +159,9 @@ def place(
                 "with sync=shm or sync=gloo"
             )
         device = f"cuda:{index % gpus}"
-    threads, threads_from = _threads(layout, trainer_threads, collector_threads, cores, os.environ if env is None else env)
+    threads, threads_from = _threads(
+        layout, trainer_threads, collector_threads, cores, os.environ if env is None else env
+    )
     return Placement(layout.rank, layout.role, device, threads, threads_from)
 
 
@@ -151,19 +173,27 @@ def threads_from_env(env: Mapping[str, str]) -> tuple[int, str] | None:
         if not value:
             continue
         if not value.isdigit() or int(value) < 1:
-            raise PlacementError(f"{name}={value!r} is not a number of threads >= 1: set a count, or unset it")
+            raise PlacementError(
+                f"{name}={value!r} is not a number of threads >= 1: set a count, or unset it"
+            )
         return int(value), name
     return None
 
 
-def _threads(layout: Layout, trainer_threads: str, collector_threads: str, cores: int, env: Mapping[str, str]) -> tuple[int, str]:
+def _threads(
+    layout: Layout, trainer_threads: str, collector_threads: str, cores: int, env: Mapping[str, str]
+) -> tuple[int, str]:
     """This rank's thread count and where it came from: its role's setting, if a count or ``all``;
     else (``auto``) the environment's, if it sets one; else the node's cores."""
-    section, setting = ("trainer", trainer_threads) if layout.is_trainer else ("collector", collector_threads)
+    section, setting = (
+        ("trainer", trainer_threads) if layout.is_trainer else ("collector", collector_threads)
+    )
     node_trainers = max(1, sum(r < layout.trainers for r in layout.node_ranks))
     shared = f", shared by {node_trainers} trainers" if node_trainers > 1 else ""
     if setting == ALL:  # a trainer's (checked with the config)
-        return max(1, cores // node_trainers), f"trainer.threads=all: the node's {cores} cores{shared}"
+        return max(
+            1, cores // node_trainers
+        ), f"trainer.threads=all: the node's {cores} cores{shared}"
     if setting != AUTO:
         return int(setting), f"{section}.threads"
     found = threads_from_env(env)
@@ -173,7 +203,9 @@ def _threads(layout: Layout, trainer_threads: str, collector_threads: str, cores
     if layout.single_process:
         return cores, f"auto: the {cores} cores it may use"
     if layout.is_trainer:
-        return max(1, left // node_trainers), f"auto: the {max(left, 1)} cores the collectors leave{shared}"
+        return max(
+            1, left // node_trainers
+        ), f"auto: the {max(left, 1)} cores the collectors leave{shared}"
     return 1, "auto: one per collector"
 
 

@@ -30,8 +30,12 @@ class Groups:
     trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
     nodes: list[int]  # node rank of every global rank
     device: torch.device | None = None  # this rank's GPU, when its placement gave it one
-    scheme_group: dist.ProcessGroup | None = None  # the weight sync scheme's own group, if it makes one
-    store: dist.Store | None = None  # the job's store: roll calls that name the ranks a wait waited for
+    scheme_group: dist.ProcessGroup | None = (
+        None  # the weight sync scheme's own group, if it makes one
+    )
+    store: dist.Store | None = (
+        None  # the job's store: roll calls that name the ranks a wait waited for
+    )
 
     def node_leaders(self, collectors: list[int]) -> list[int]:
         """The lowest collector rank of each node other than trainer 0's."""
@@ -42,7 +46,9 @@ class Groups:
         return sorted(leaders.values())
 
 
-def join(layout: Layout, timeout_s: float, role: str | None = None, sweep_job: int = 0) -> dist.Store:
+def join(
+    layout: Layout, timeout_s: float, role: str | None = None, sweep_job: int = 0
+) -> dist.Store:
     """Join the job's default (Gloo) group, every collective bounded by
     ``timeout_s``; the ranks that never came are named in the error.
     ``sweep_job``: a Hydra sweep's job number (each job of a sweep meets anew).
@@ -55,7 +61,9 @@ def join(layout: Layout, timeout_s: float, role: str | None = None, sweep_job: i
     joined.mark(layout.rank)
     wait = Wait(timeout_s, "dist_timeout_s")
     try:
-        dist.init_process_group("gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout, store=store)
+        dist.init_process_group(
+            "gloo", rank=layout.rank, world_size=layout.world_size, timeout=timeout, store=store
+        )
     except (RuntimeError, dist.DistError) as e:
         missing = joined.behind(range(layout.world_size))
         absent = (
@@ -103,13 +111,17 @@ def init_distributed(
     if layout.trainers > 1:
         trainers = dist.new_group(list(range(layout.trainers)), timeout=timeout, backend="gloo")
     device = None if device is None else torch.device(device)
-    groups = Groups(sync=sync, data=data, trainers=trainers, nodes=nodes, device=device, store=store)
+    groups = Groups(
+        sync=sync, data=data, trainers=trainers, nodes=nodes, device=device, store=store
+    )
     if scheme is not None:
         scheme.make_groups(groups, layout, wait_s or timeout_s)
     return groups
 
 
-def _job_store(layout: Layout, timeout: timedelta, who: str, where: str, sweep_job: int) -> dist.Store:
+def _job_store(
+    layout: Layout, timeout: timedelta, who: str, where: str, sweep_job: int
+) -> dist.Store:
     """The store every rank meets at: under torchrun, one whose keys are
     private to this restart attempt; else (``srun``, spawned ranks) one that
     rank 0 hosts at ``MASTER_ADDR:MASTER_PORT``, without waiting for the
@@ -124,7 +136,9 @@ def _job_store(layout: Layout, timeout: timedelta, who: str, where: str, sweep_j
     the same way.
     """
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    agent_hosts_store = attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    agent_hosts_store = (
+        attempt is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    )
     try:
         store = dist.TCPStore(
             os.environ["MASTER_ADDR"],
@@ -148,7 +162,9 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def resolve_run_dir(run_dir: str | None, runs_root: str, run_name: str | None, what: str, layout: Layout) -> Path:
+def resolve_run_dir(
+    run_dir: str | None, runs_root: str, run_name: str | None, what: str, layout: Layout
+) -> Path:
     """One directory for the whole job, the same on every rank.
 
     In order: ``run_dir=``; ``<runs_root>/<run_name>``, which the same command
@@ -166,4 +182,6 @@ def resolve_run_dir(run_dir: str | None, runs_root: str, run_name: str | None, w
     stamp = [launch_stamp.launch_stamp()]
     if not layout.single_process and not launch_stamp.shared():
         dist.broadcast_object_list(stamp, src=0)
-    return Path(runs_root) / f"{stamp[0]}-{what.replace(os.sep, '-')}"  # a namespaced env id (ALE/Pong-v5) stays one name
+    return (
+        Path(runs_root) / f"{stamp[0]}-{what.replace(os.sep, '-')}"
+    )  # a namespaced env id (ALE/Pong-v5) stays one name

@@ -58,7 +58,9 @@ def install(announce: bool = False, interrupt: bool = True) -> None:
     ``interrupt=False`` (start-up): SIGINT keeps what :func:`quiet_interrupt` made it."""
     global _announce
     _announce = announce
-    for sig in (signal.SIGTERM, signal.SIGUSR1) + ((signal.SIGINT,) if interrupt and _sigint_wanted() else ()):
+    for sig in (signal.SIGTERM, signal.SIGUSR1) + (
+        (signal.SIGINT,) if interrupt and _sigint_wanted() else ()
+    ):
         signal.signal(sig, _handler)
 
 

@@ -50,7 +50,10 @@ def slurm_env(env: Mapping[str, str]) -> dict[str, str]:
     node = int(env.get("SLURM_NODEID", 0))
     per_node = tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", env["SLURM_STEP_NUM_TASKS"]))
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost"
-    job, step = (int(v) if v.isdigit() else 0 for v in (env.get("SLURM_JOB_ID", "0"), env.get("SLURM_STEP_ID", "0")))
+    job, step = (
+        int(v) if v.isdigit() else 0
+        for v in (env.get("SLURM_JOB_ID", "0"), env.get("SLURM_STEP_ID", "0"))
+    )
     return {
         "RANK": env["SLURM_PROCID"],
         "WORLD_SIZE": env["SLURM_STEP_NUM_TASKS"],
@@ -93,7 +96,9 @@ class Layout:
 
     def validate(self) -> None:
         if self.trainers < 1:
-            raise LayoutError(f"topology.trainers={self.trainers}: at least one rank must train.\n{self.describe()}")
+            raise LayoutError(
+                f"topology.trainers={self.trainers}: at least one rank must train.\n{self.describe()}"
+            )
         if self.world_size == 1:
             if self.trainers != 1:
                 raise LayoutError(

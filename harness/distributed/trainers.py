@@ -51,8 +51,16 @@ def meet(group: dist.ProcessGroup, timeout_s: float, where: str) -> None:
     except RuntimeError as e:
         rank, late = dist.get_rank(), late_ranks(str(e)) or others(group)
         # Only trainer 0 hears from every trainer; the others hear from trainer 0 alone.
-        hint = "" if rank == 0 else " (trainer 0 hears from every trainer: its error names the late ones)"
-        came = f"did not come within {timeout_s:g} s" if wait.ran_out else f"did not come: {wait.ended(e)}"
+        hint = (
+            ""
+            if rank == 0
+            else " (trainer 0 hears from every trainer: its error names the late ones)"
+        )
+        came = (
+            f"did not come within {timeout_s:g} s"
+            if wait.ran_out
+            else f"did not come: {wait.ended(e)}"
+        )
         raise TrainersError(
             f"rank {rank} (trainer) waited for the other trainers {where}: trainer rank(s) {late} {came}{hint}. "
             f"A late trainer stalled or died, or waits on its own collectors (see its log and theirs)"

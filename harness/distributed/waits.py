@@ -16,7 +16,14 @@ import time
 _GONE = (
     (("connection refused",), "the connection was refused"),
     (
-        ("connection reset", "reset by peer", "closed by peer", "connection closed", "likely closed", "broken pipe"),
+        (
+            "connection reset",
+            "reset by peer",
+            "closed by peer",
+            "connection closed",
+            "likely closed",
+            "broken pipe",
+        ),
         "the connection was closed",
     ),
     (("is dead",), "its process is dead"),
@@ -64,7 +71,11 @@ class Wait:
         if gone is not None:
             return f"{peer} is gone ({gone}), {self.seconds:.1f} s in"
         if self.ran_out:
-            limit = f"{self.setting}={self.timeout_s:g}" if self.setting else f"its limit: {self.timeout_s:g} s"
+            limit = (
+                f"{self.setting}={self.timeout_s:g}"
+                if self.setting
+                else f"its limit: {self.timeout_s:g} s"
+            )
             return f"no answer in {self.seconds:.1f} s ({limit})"
         return f"failed after {self.seconds:.1f} s (its limit: {self.timeout_s:g} s)"
 

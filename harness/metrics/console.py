@@ -36,7 +36,13 @@ class Figures:
         self.eval_final = False  # the evaluation return shown is the final weights'
 
     def update(self, row: dict[str, float]) -> None:
-        for key in ("train/episode_return", "eval/return", "eval/final_return", "collect/policy_lag_mean", "sync/version_gap"):
+        for key in (
+            "train/episode_return",
+            "eval/return",
+            "eval/final_return",
+            "collect/policy_lag_mean",
+            "sync/version_gap",
+        ):
             value = row.get(key)
             if value is not None and not math.isnan(value):
                 self.values["eval/return" if key == "eval/final_return" else key] = value
@@ -47,8 +53,16 @@ class Figures:
         """``return 23.5 | eval 480.0 | lag 0.00`` (``sync=none``: ``gap 16``), each part once it is known."""
         parts = []
         frozen = "sync/version_gap" in self.values
-        lag = ("sync/version_gap", "gap", ".0f") if frozen else ("collect/policy_lag_mean", "lag", ".2f")
-        for key, label, fmt in (("train/episode_return", "return", ".1f"), ("eval/return", "eval", ".1f"), lag):
+        lag = (
+            ("sync/version_gap", "gap", ".0f")
+            if frozen
+            else ("collect/policy_lag_mean", "lag", ".2f")
+        )
+        for key, label, fmt in (
+            ("train/episode_return", "return", ".1f"),
+            ("eval/return", "eval", ".1f"),
+            lag,
+        ):
             if key in self.values:
                 parts.append(f"{label} {self.values[key]:{fmt}}")
         return " | ".join(parts)
@@ -67,7 +81,13 @@ class ProgressLines:
     """One line per log row. ``start``: ``(step, time_s)`` where the run
     stands (a resumed run's last kept row), from which the first rate counts."""
 
-    def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
+    def __init__(
+        self,
+        total: int,
+        step: str = "frames",
+        start: tuple[int, float] = (0, 0.0),
+        stream: Optional[IO[str]] = None,
+    ):
         self.total, self.step, self.stream = total, step, stream or sys.stdout
         self.previous = start
         self.figures = Figures()
@@ -119,7 +139,9 @@ class _Above(io.TextIOBase):
 
     def _print(self, lines: list[str]) -> None:
         with self.console:
-            self.console.print(Text("\n").join(self.decoder.decode_line(line) for line in lines), soft_wrap=True)
+            self.console.print(
+                Text("\n").join(self.decoder.decode_line(line) for line in lines), soft_wrap=True
+            )
 
     def flush(self) -> None:
         if self.partial:
@@ -147,7 +169,13 @@ class ProgressBar:
 
     REDRAW_S = 0.25
 
-    def __init__(self, total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None):
+    def __init__(
+        self,
+        total: int,
+        step: str = "frames",
+        start: tuple[int, float] = (0, 0.0),
+        stream: Optional[IO[str]] = None,
+    ):
         self.figures = Figures()
         console = Console(file=stream or sys.stdout, force_terminal=True)
         self.progress = Progress(
@@ -162,7 +190,9 @@ class ProgressBar:
             redirect_stdout=False,
             redirect_stderr=False,  # _Above does it, without wrapping lines
         )
-        self.task = self.progress.add_task(step.replace("_", " "), total=total, completed=start[0], figures="")
+        self.task = self.progress.add_task(
+            step.replace("_", " "), total=total, completed=start[0], figures=""
+        )
         self.drawn = -math.inf
         self.progress.start()
         # From here sys.stdout and sys.stderr print above the bar.
@@ -191,20 +221,28 @@ class ProgressBar:
             handler.setStream(stream)
 
 
-def _log_to(stdout: io.TextIOBase, stderr: io.TextIOBase) -> list[tuple[logging.StreamHandler, Any]]:
+def _log_to(
+    stdout: io.TextIOBase, stderr: io.TextIOBase
+) -> list[tuple[logging.StreamHandler, Any]]:
     """Point the logging handlers that write to the real stdout/stderr at
     ``stdout``/``stderr`` (the bar's stand-ins); returns what to restore."""
     swapped = []
     for logger in (logging.getLogger(), logging.getLogger("harness")):
         for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.__stdout__, sys.__stderr__):
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (
+                sys.__stdout__,
+                sys.__stderr__,
+            ):
                 target = stdout if handler.stream is sys.__stdout__ else stderr
                 swapped.append((handler, handler.setStream(target)))
     return [(h, s) for h, s in swapped if s is not None]
 
 
 def make_console(
-    total: int, step: str = "frames", start: tuple[int, float] = (0, 0.0), stream: Optional[IO[str]] = None
+    total: int,
+    step: str = "frames",
+    start: tuple[int, float] = (0, 0.0),
+    stream: Optional[IO[str]] = None,
 ) -> Union[ProgressBar, ProgressLines]:
     """A bar on a terminal (that is not ``TERM=dumb``), else plain lines."""
     stream = stream or sys.stdout

@@ -24,12 +24,28 @@ from harness.metrics.flat import flat
 
 # Where a run went and what it is called, not how it learns: runs that differ only here are one group.
 NAMING_KEYS = frozenset(
-    {"seed", "run_dir", "run_name", "runs_root", "logger.name", "logger.group", "logger.tags", "logger.project", "logger.entity"}
+    {
+        "seed",
+        "run_dir",
+        "run_name",
+        "runs_root",
+        "logger.name",
+        "logger.group",
+        "logger.tags",
+        "logger.project",
+        "logger.entity",
+    }
 )
 STEP_COLUMNS = ("frames", "gradient_steps")  # the trainer's step column: online runs, offline runs
 STEP_LABELS = {"frames": "env frames", "gradient_steps": "gradient steps (offline)"}
-AGGREGATES = {"mean": "mean ± standard error", "iqm": "interquartile mean, band from the 25th to the 75th percentile"}
-EVAL_KEYS = ("eval/return", "eval/final_return")  # the collectors' evaluations, and the final weights' in the last row
+AGGREGATES = {
+    "mean": "mean ± standard error",
+    "iqm": "interquartile mean, band from the 25th to the 75th percentile",
+}
+EVAL_KEYS = (
+    "eval/return",
+    "eval/final_return",
+)  # the collectors' evaluations, and the final weights' in the last row
 X_AXES = ("step", "time_s")  # the two panels: the run's step column, wall time
 
 Series = tuple[np.ndarray, np.ndarray]
@@ -84,7 +100,10 @@ class Group:
     @property
     def y_key(self) -> str:
         """The line: training returns; evaluation returns in runs that log none (offline runs)."""
-        trained = any(np.isfinite(r.columns.get("train/episode_return", np.array([]))).any() for r in self.runs)
+        trained = any(
+            np.isfinite(r.columns.get("train/episode_return", np.array([]))).any()
+            for r in self.runs
+        )
         return "train/episode_return" if trained else "eval/return"
 
 
@@ -102,7 +121,9 @@ def panel(group: Group, x_key: str, how: str = "mean") -> Panel:
     """``group`` against ``x_key`` (one of :data:`X_AXES`), aggregated by ``how``."""
     runs = [r.series(x_key, group.y_key) for r in group.runs]
     evals = [r.series(x_key, key) for r in group.runs for key in EVAL_KEYS]
-    return Panel(runs, [s for s in evals if len(s[0])], aggregate(runs, how) if len(runs) > 1 else None)
+    return Panel(
+        runs, [s for s in evals if len(s[0])], aggregate(runs, how) if len(runs) > 1 else None
+    )
 
 
 def load_run(run_dir: Path) -> Run:
@@ -113,17 +134,27 @@ def load_run(run_dir: Path) -> Run:
     with metrics.open(newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
-        raise RunDataError(f"{metrics} has no rows yet: a run writes one every logger.log_every_frames frames")
+        raise RunDataError(
+            f"{metrics} has no rows yet: a run writes one every logger.log_every_frames frames"
+        )
     step = next((c for c in STEP_COLUMNS if c in rows[0]), None)
     if step is None:
-        raise RunDataError(f"{metrics} has no step column ({' or '.join(STEP_COLUMNS)}): it is not a harness run's")
-    columns = {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows]) for k in rows[0]}
+        raise RunDataError(
+            f"{metrics} has no step column ({' or '.join(STEP_COLUMNS)}): it is not a harness run's"
+        )
+    columns = {
+        k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows])
+        for k in rows[0]
+    }
     if not (run_dir / "config.yaml").exists():
         return Run(run_dir, step, columns, None)
     # Unresolved: config.yaml keeps ${oc.env:...} secrets as written, and they need not resolve here.
     tree = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
     # Lists as tuples: comparable and printable.
-    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in flat(tree if isinstance(tree, dict) else {}).items()}
+    settings = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in flat(tree if isinstance(tree, dict) else {}).items()
+    }
     config = {k: v for k, v in settings.items() if k not in NAMING_KEYS}
     return Run(run_dir, step, columns, config, settings.get("seed"))
 
@@ -131,7 +162,9 @@ def load_run(run_dir: Path) -> Run:
 def describe_seeds(seeds: list) -> str:
     """ "2 seeds: 1, 2"; "2 runs, seed 1" (the same seed twice is not two seeds); "" for one run of unknown seed."""
     counts = Counter("?" if s is None else s for s in seeds)
-    order = sorted(counts, key=lambda s: (0, s, "") if isinstance(s, (int, float)) else (1, 0, str(s)))
+    order = sorted(
+        counts, key=lambda s: (0, s, "") if isinstance(s, (int, float)) else (1, 0, str(s))
+    )
     if len(seeds) == 1:
         return "" if seeds[0] is None else f"seed {seeds[0]}"
     if len(counts) == len(seeds):
@@ -177,7 +210,11 @@ def group_labels(configs: list[Optional[dict[str, object]]]) -> list[str]:
         parts = [str(config.get(k)) for k in ("algo.name", "env.id") if differs(k, known)]
         keys = sorted(set().union(*known) - {"algo.name", "env.id"})
         for key in keys:
-            peers = [c for c in known if c.get("algo.name") == config.get("algo.name")] if key.startswith("algo.") else known
+            peers = (
+                [c for c in known if c.get("algo.name") == config.get("algo.name")]
+                if key.startswith("algo.")
+                else known
+            )
             if differs(key, peers):
                 parts.append(f"{key}={show(config.get(key, '(unset)'))}")
         labels.append(" ".join(parts) or head(config))
@@ -218,7 +255,11 @@ def aggregate(series: list[Series], how: str = "mean", points: int = 200) -> Opt
         low, high = np.percentile(curves, [25, 75], axis=0)
         return Curve(grid, interquartile_mean(curves), low, high)
     center = curves.mean(axis=0)
-    spread = curves.std(axis=0, ddof=1) / np.sqrt(len(curves)) if len(curves) > 1 else np.zeros_like(center)
+    spread = (
+        curves.std(axis=0, ddof=1) / np.sqrt(len(curves))
+        if len(curves) > 1
+        else np.zeros_like(center)
+    )
     return Curve(grid, center, center - spread, center + spread)
 
 

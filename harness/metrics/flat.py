@@ -9,4 +9,8 @@ def flat(config: Any, prefix: str = "") -> dict[str, Any]:
     """``{"algo": {"lr": 3e-4}}`` as ``{"algo.lr": 3e-4}``: every leaf of a nested dict under its dotted key."""
     if not isinstance(config, dict):
         return {prefix: config}
-    return {key: value for k, v in config.items() for key, value in flat(v, f"{prefix}.{k}" if prefix else str(k)).items()}
+    return {
+        key: value
+        for k, v in config.items()
+        for key, value in flat(v, f"{prefix}.{k}" if prefix else str(k)).items()
+    }

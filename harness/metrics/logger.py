@@ -60,7 +60,9 @@ class VideoFiles:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.seen = set(directory.glob(self.PATTERN)) if directory.exists() else set()  # a resumed run's are old news
+        self.seen = (
+            set(directory.glob(self.PATTERN)) if directory.exists() else set()
+        )  # a resumed run's are old news
 
     def new(self) -> list[Path]:
         if not self.directory.exists():
@@ -75,7 +77,15 @@ class MetricsLogger:
     wandb and TensorBoard (``logger.backends``); new evaluation videos go to
     the sinks that take videos, at the row's step."""
 
-    def __init__(self, run_dir: Path, total: int, cfg, config: dict | None = None, resume_step: int = 0, step: str = "frames"):
+    def __init__(
+        self,
+        run_dir: Path,
+        total: int,
+        cfg,
+        config: dict | None = None,
+        resume_step: int = 0,
+        step: str = "frames",
+    ):
         self.step = step
         csv_log = CSVLog(run_dir / "metrics.csv", resume_step, step)
         resumed_s = float(csv_log.rows[-1]["time_s"]) if csv_log.rows else 0.0

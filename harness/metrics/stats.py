@@ -28,12 +28,20 @@ class RolloutStats:
     eval_return_sum: float = 0.0
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
     frames_dropped: float = 0.0  # their frames
-    env_restarts: float = 0.0  # envs that raised and were made again (their broken episode is not counted)
-    collector_restarts: float = 0.0  # collectors' worker processes replaced (collector.max_restarts)
+    env_restarts: float = (
+        0.0  # envs that raised and were made again (their broken episode is not counted)
+    )
+    collector_restarts: float = (
+        0.0  # collectors' worker processes replaced (collector.max_restarts)
+    )
     frames_lost: float = 0.0  # frames of the batches those workers left unfinished
-    joined_frames: float = 0.0  # frames kept from collectors that joined the running job (harness.cli.join)
+    joined_frames: float = (
+        0.0  # frames kept from collectors that joined the running job (harness.cli.join)
+    )
     collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
-    collector_wait_s: float = 0.0  # collectors' seconds waiting before them (for a trainer, or a version)
+    collector_wait_s: float = (
+        0.0  # collectors' seconds waiting before them (for a trainer, or a version)
+    )
     trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches
     lag_frames: float = 0.0  # frames whose lag was counted
     lag_sum: float = 0.0
@@ -71,7 +79,10 @@ class RolloutStats:
         if group is None:
             return self
         values = torch.tensor(astuple(self), dtype=torch.float64)
-        sums, extremes = values[:-2].clone(), torch.stack([-values[-2], values[-1]])  # lag_min, lag_max come last
+        sums, extremes = (
+            values[:-2].clone(),
+            torch.stack([-values[-2], values[-1]]),
+        )  # lag_min, lag_max come last
         dist.all_reduce(sums, group=group)
         dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group)
         return RolloutStats(*[*sums.tolist(), -float(extremes[0]), float(extremes[1])])
@@ -88,9 +99,13 @@ class RolloutStats:
             "collect/policy_lag_mean": mean(self.lag_sum, self.lag_frames),
             "collect/policy_lag_max": self.lag_max if self.lag_frames else math.nan,
             "collect/batches_dropped": self.batches_dropped,
-            "collect/frames_dropped_fraction": mean(self.frames_dropped, self.frames_dropped + self.lag_frames),
+            "collect/frames_dropped_fraction": mean(
+                self.frames_dropped, self.frames_dropped + self.lag_frames
+            ),
             # wall-clock shares: how much of its time a collector did not step envs
-            "collect/idle_fraction": mean(self.collector_wait_s, self.collector_wait_s + self.collect_s),
+            "collect/idle_fraction": mean(
+                self.collector_wait_s, self.collector_wait_s + self.collect_s
+            ),
             "collect/env_restarts": self.env_restarts,
             "collect/collector_restarts": self.collector_restarts,
             "collect/frames_lost": self.frames_lost,

@@ -37,12 +37,18 @@ def config_table(config: dict) -> str:
 class TensorBoardSink:
     """Scalars and videos for one run directory."""
 
-    def __init__(self, run_dir: Path, step: str = "frames", resume_step: int = 0, config: dict | None = None):
+    def __init__(
+        self, run_dir: Path, step: str = "frames", resume_step: int = 0, config: dict | None = None
+    ):
         from torch.utils.tensorboard import SummaryWriter
 
         self.step = step
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
-        if config:  # at the step it applies from: a resumed run may have changed its budget or logging
+        self.writer = SummaryWriter(
+            str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None
+        )
+        if (
+            config
+        ):  # at the step it applies from: a resumed run may have changed its budget or logging
             self.writer.add_text("hyperparameters", config_table(config), resume_step)
             self.writer.flush()
 
@@ -58,7 +64,9 @@ class TensorBoardSink:
 
         gif, height, width = video.gif_bytes(video.read_frames(path), video.fps_of(path))
         image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
-        self.writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=key, image=image)]), step)
+        self.writer._get_file_writer().add_summary(
+            Summary(value=[Summary.Value(tag=key, image=image)]), step
+        )
         self.writer.flush()
 
     def close(self) -> None:

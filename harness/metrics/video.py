@@ -26,7 +26,11 @@ def check_video_support() -> None:
     """Fail at start-up, with what to do, where videos cannot be written:
     PyAV writes them, pygame draws classic-control envs (both in the extra).
     Probed without importing them (pygame greets whoever imports it)."""
-    missing = [name for module, name in (("av", "PyAV"), ("pygame", "pygame")) if importlib.util.find_spec(module) is None]
+    missing = [
+        name
+        for module, name in (("av", "PyAV"), ("pygame", "pygame"))
+        if importlib.util.find_spec(module) is None
+    ]
     if missing:
         raise ValueError(
             f"videos need PyAV and pygame; {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
@@ -60,7 +64,9 @@ def write_mp4(path: Path, frames: Sequence[np.ndarray], fps: float) -> Path:
         stream.height, stream.width = first.shape[:2]
         stream.pix_fmt = "yuv420p"
         for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(_even(frame)), format="rgb24")):
+            for packet in stream.encode(
+                av.VideoFrame.from_ndarray(np.ascontiguousarray(_even(frame)), format="rgb24")
+            ):
                 container.mux(packet)
         for packet in stream.encode():  # flush the encoder's delayed frames
             container.mux(packet)
@@ -94,5 +100,7 @@ def gif_bytes(frames: np.ndarray, fps: float, width: int = 320) -> tuple[bytes, 
     size = (max(int(images[0].width * scale), 1), max(int(images[0].height * scale), 1))
     images = [im.resize(size) for im in images]
     out = io.BytesIO()
-    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    images[0].save(
+        out, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0
+    )
     return out.getvalue(), size[1], size[0]

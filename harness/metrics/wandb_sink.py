@@ -25,7 +25,11 @@ def _scrub(text: str) -> str:
 
 def tags(config: dict, extra: list[str]) -> list[str]:
     """The algorithm, env and sync scheme of ``config`` (as config.yaml holds it), then ``extra``."""
-    known = [config.get("algo", {}).get("name"), config.get("env", {}).get("id"), config.get("sync", {}).get("name")]
+    known = [
+        config.get("algo", {}).get("name"),
+        config.get("env", {}).get("id"),
+        config.get("sync", {}).get("name"),
+    ]
     found = [str(t) for t in known if t] + [t for t in extra if t not in known]
     return [t[:64] for t in found]  # wandb refuses longer tags
 
@@ -52,7 +56,9 @@ class WandbSink:
                 resume="allow",
                 mode=cfg.mode,
                 # Offline, quiet: wandb's own footer would print the `wandb sync` command beside ours (close).
-                settings=wandb.Settings(console="off", init_timeout=cfg.init_timeout_s, quiet=cfg.mode == "offline"),
+                settings=wandb.Settings(
+                    console="off", init_timeout=cfg.init_timeout_s, quiet=cfg.mode == "offline"
+                ),
             )
             id_file.write_text(run_id)
             # Charts against env frames (offline: gradient steps), so a resumed run's rows land where they belong.
@@ -62,7 +68,12 @@ class WandbSink:
             self._fail("could not start", e)
 
     def _fail(self, what: str, e: Exception) -> None:
-        log.warning("wandb %s (%s: %s); training goes on, logging to metrics.csv only", what, type(e).__name__, _scrub(str(e)))
+        log.warning(
+            "wandb %s (%s: %s); training goes on, logging to metrics.csv only",
+            what,
+            type(e).__name__,
+            _scrub(str(e)),
+        )
         self.run = None
 
     def write(self, row: dict[str, float]) -> None:
@@ -81,7 +92,9 @@ class WandbSink:
 
             self.run.log({key: wandb.Video(str(path), format="mp4"), self.step: step})
         except Exception as e:  # a video is not worth the metrics: warn, keep logging
-            log.warning("wandb could not log the video %s (%s: %s)", path, type(e).__name__, _scrub(str(e)))
+            log.warning(
+                "wandb could not log the video %s (%s: %s)", path, type(e).__name__, _scrub(str(e))
+            )
 
     def close(self) -> None:
         if self.run is None:
@@ -93,4 +106,6 @@ class WandbSink:
             self._fail("failed to finish", e)
             return
         if self.mode == "offline":
-            print(f"wandb: this run was logged offline; upload it with: wandb sync {path}", flush=True)
+            print(
+                f"wandb: this run was logged offline; upload it with: wandb sync {path}", flush=True
+            )

@@ -22,13 +22,17 @@ from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.sync import WeightSubscriber, make_subscriber
 
-REPLACEMENT_SEED = 1_000_003  # a replaced worker's seeds move this far per replacement: new episodes, new actions
+REPLACEMENT_SEED = (
+    1_000_003  # a replaced worker's seeds move this far per replacement: new episodes, new actions
+)
 
 
 class Outlet(Protocol):
     """Where a collector's batches go: its trainer (:class:`BatchSender`), or the rank that supervises it."""
 
-    def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None: ...
+    def send(
+        self, batch: TensorDict, while_waiting: Callable[[], object] | None = None
+    ) -> None: ...
 
     def send_last(self, batch: TensorDict) -> None: ...
 
@@ -47,7 +51,14 @@ def make_collector(
     """
     torch.manual_seed(cfg.seed + rank)  # the models' initial weights: sync=none acts with them
     c = cfg.collector
-    envs = make_vec_env(cfg.env.id, c.num_envs, cfg.env.max_episode_steps, c.max_env_restarts, c.check_obs, c.env_step_timeout_s)
+    envs = make_vec_env(
+        cfg.env.id,
+        c.num_envs,
+        cfg.env.max_episode_steps,
+        c.max_env_restarts,
+        c.check_obs,
+        c.env_step_timeout_s,
+    )
     spec = spec_of(envs)
     algo = algorithm_for(cfg.algo.name, spec)
     models = algo.make_models(cfg.algo, spec)
@@ -56,7 +67,9 @@ def make_collector(
         torch.manual_seed(cfg.seed + rank + shift)  # the actions' samples
     seed = cfg.seed + rank * c.num_envs + shift
     policy = algo.acting_policy(models)
-    collector = RolloutCollector(envs, policy, c.frames_per_batch, seed, algo.needs_next_obs, shared)
+    collector = RolloutCollector(
+        envs, policy, c.frames_per_batch, seed, algo.needs_next_obs, shared
+    )
     return collector, models, algo.header_values, spec
 
 
@@ -74,13 +87,17 @@ def evaluates(layout: Layout) -> bool:
     return layout.single_process or layout.rank == layout.trainers
 
 
-def make_periodic_evaluation(cfg: Config, collector: RolloutCollector, first: bool) -> Optional[PeriodicEvaluation]:
+def make_periodic_evaluation(
+    cfg: Config, collector: RolloutCollector, first: bool
+) -> Optional[PeriodicEvaluation]:
     """``first``: this is the collector that evaluates (:func:`evaluates`)."""
     if not cfg.eval.every_frames or not first:
         return None
     seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every)
-    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed, videos)
+    evaluation = Evaluation(
+        cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed, videos
+    )
     return PeriodicEvaluation(evaluation, cfg.eval.every_frames)
 
 
@@ -95,12 +112,16 @@ def collect_loop(
     """Batches acted with the newest weights, into ``outlet``, until the trainer's stop."""
     streaming = cfg.collector.mode == "async"
     header = subscriber.wait(min_version=0)
-    if header.frames:  # a resumed run, or a replaced worker: new episodes, not a replay of earlier ones
+    if (
+        header.frames
+    ):  # a resumed run, or a replaced worker: new episodes, not a replay of earlier ones
         collector.reset(collector.seed + header.frames)
     first_round, waited_s = True, 0.0
     while not header.stop:
         if streaming:  # the newest weights before every env step
-            batch = collector.collect(header, refresh=lambda: subscriber.poll() or subscriber.current_header())
+            batch = collector.collect(
+                header, refresh=lambda: subscriber.poll() or subscriber.current_header()
+            )
         else:
             batch = collector.collect(header)
         if evaluation is not None:
@@ -115,7 +136,9 @@ def collect_loop(
             header = subscriber.poll() or subscriber.current_header()
         else:
             outlet.send(batch)
-            if evaluation is not None:  # while the trainer learns from the batch: weights change only in wait()
+            if (
+                evaluation is not None
+            ):  # while the trainer learns from the batch: weights change only in wait()
                 waiting_since += evaluation.run_if_due(header)  # the result rides on the next batch
             # The next version; pipelined, the first two rounds share one.
             again = cfg.collector.pipeline and first_round
@@ -127,7 +150,13 @@ def collect_loop(
 def run_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     collector = build_collector(cfg, layout.rank, subscriber)
-    sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), collector.batch, cfg.dist_timeout_s)
+    sender = BatchSender(
+        groups.data,
+        layout.rank,
+        layout.trainer_of(layout.rank),
+        collector.batch,
+        cfg.dist_timeout_s,
+    )
     evaluation = make_periodic_evaluation(cfg, collector, evaluates(layout))
     try:
         collect_loop(cfg, layout.rank, collector, subscriber, sender, evaluation)

@@ -31,7 +31,13 @@ def eval_message() -> TensorDict:
     """One evaluation: the version evaluated, by which rank, and the stats
     fields every data-channel message has (``eval_*``, ``preempt``, ``last``)."""
     stats = TensorDict({k: torch.zeros((), dtype=torch.float64) for k in STATS})
-    return pack(TensorDict(stats=stats, version=torch.zeros((), dtype=torch.int64), rank=torch.zeros((), dtype=torch.int64)))
+    return pack(
+        TensorDict(
+            stats=stats,
+            version=torch.zeros((), dtype=torch.int64),
+            rank=torch.zeros((), dtype=torch.int64),
+        )
+    )
 
 
 def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Evaluation:
@@ -44,7 +50,9 @@ def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Eva
     evaluator = max(rank - cfg.topology.trainers, 0)  # 0: the first collector, or a single process
     seed = eval_seed(cfg.seed, evaluator, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every) if evaluator == 0 else None
-    return Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, policy, seed, videos)
+    return Evaluation(
+        cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, policy, seed, videos
+    )
 
 
 def evaluate_final(cfg: Config, algo: Algorithm, header: Header) -> EvalResult:
@@ -56,7 +64,13 @@ def evaluate_final(cfg: Config, algo: Algorithm, header: Header) -> EvalResult:
     for name, model in algo.published_models().items():
         models[name].load_state_dict(model.state_dict())
     seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
-    evaluation = Evaluation(cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, type(algo).acting_policy(models), seed)
+    evaluation = Evaluation(
+        cfg.env.id,
+        cfg.env.max_episode_steps,
+        cfg.eval.episodes,
+        type(algo).acting_policy(models),
+        seed,
+    )
     try:
         return evaluation(header)
     finally:
@@ -67,7 +81,9 @@ def run_evaluator(cfg: Config, layout: Layout, groups: Groups) -> None:
     subscriber = make_subscriber(cfg.sync, layout.rank, groups)
     evaluation = make_evaluation(cfg, layout.rank, subscriber)
     message = eval_message()
-    sender = BatchSender(groups.data, layout.rank, layout.trainer_of(layout.rank), message, cfg.dist_timeout_s)
+    sender = BatchSender(
+        groups.data, layout.rank, layout.trainer_of(layout.rank), message, cfg.dist_timeout_s
+    )
     try:
         header = subscriber.wait(min_version=0)
         while not header.stop:

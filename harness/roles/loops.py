@@ -82,7 +82,9 @@ def sync_rounds(trainer: TrainerSteps, frames_per_round: int, pipeline: bool) ->
         trainer.end_update(metrics, sync_ms)
 
 
-def async_stream(trainer: TrainerSteps, trainers: int, publish_every: int, per_update: int = 1) -> None:
+def async_stream(
+    trainer: TrainerSteps, trainers: int, publish_every: int, per_update: int = 1
+) -> None:
     """Streaming: learn from each ``per_update`` fresh batches as they come, from
     whichever collectors send first, and publish every ``publish_every`` updates.
     With T trainers an update is that on each: T times its frames, the same
@@ -91,7 +93,9 @@ def async_stream(trainer: TrainerSteps, trainers: int, publish_every: int, per_u
     sync_ms = 0.0
     while not trainer.stopping:
         # Each received batch is valid until the next receive: all but the last are copied.
-        batches = [trainer.receive_fresh().clone() for _ in range(per_update - 1)] + [trainer.receive_fresh()]
+        batches = [trainer.receive_fresh().clone() for _ in range(per_update - 1)] + [
+            trainer.receive_fresh()
+        ]
         trainer.ready(batches)
         metrics = trainer.update(batches)
         trainer.learned(sum(batch["rollout"].numel() for batch in batches) * trainers)
@@ -134,6 +138,8 @@ def for_run(cfg: Config, layout: Layout, offline: bool) -> Callable[[TrainerStep
     if cfg.collector.mode == "async":
         # On-policy: a round's frames an update, as in sync mode; replay algorithms: each batch as it comes.
         per_update = max(len(layout.collectors_of(0)), 1) if ALGOS[cfg.algo.name].on_policy else 1
-        return lambda trainer: async_stream(trainer, trainers, cfg.sync.publish_every_updates, per_update)
+        return lambda trainer: async_stream(
+            trainer, trainers, cfg.sync.publish_every_updates, per_update
+        )
     frames_per_round = cfg.collector.frames_per_batch * max(collectors, 1)
     return lambda trainer: sync_rounds(trainer, frames_per_round, cfg.collector.pipeline)

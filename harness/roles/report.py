@@ -35,7 +35,11 @@ def stop_reason() -> str:
 def resume_hint(run_dir: Path, run_name: str | None) -> str:
     """How to continue a stopped run: every launch of the same command with its run directory resumes
     from the newest checkpoint there; ``run_name=`` names it already, a default name is the launch's time."""
-    return "the same command" if run_name else f"the same command with run_dir={shlex.quote(str(run_dir))}"
+    return (
+        "the same command"
+        if run_name
+        else f"the same command with run_dir={shlex.quote(str(run_dir))}"
+    )
 
 
 def warn_frozen_weights(algo: Algorithm, publisher: WeightPublisher | None) -> None:
@@ -51,7 +55,9 @@ def warn_frozen_weights(algo: Algorithm, publisher: WeightPublisher | None) -> N
         )
 
 
-def version_gap(publisher: WeightPublisher | None, version: int, first_version: int) -> dict[str, float]:
+def version_gap(
+    publisher: WeightPublisher | None, version: int, first_version: int
+) -> dict[str, float]:
     """Trainer 0's row: with ``sync=none``, ``sync/version_gap``, the versions the
     collectors never got (they act with what they had when ``first_version`` went
     out; their policy lag, counted against the headers they do get, stays 0); else nothing."""
@@ -63,7 +69,11 @@ def version_gap(publisher: WeightPublisher | None, version: int, first_version: 
 def python() -> str:
     """``python`` where that is this interpreter (its packages: the harness's), else its path."""
     found = shutil.which("python")
-    return "python" if found and Path(found).absolute() == Path(sys.executable).absolute() else sys.executable
+    return (
+        "python"
+        if found and Path(found).absolute() == Path(sys.executable).absolute()
+        else sys.executable
+    )
 
 
 def returns_text(figures: Figures) -> str | None:
@@ -72,24 +82,40 @@ def returns_text(figures: Figures) -> str | None:
     if "train/episode_return" in values:
         parts.append(f"train {values['train/episode_return']:.1f}")
     if "eval/return" in values:
-        parts.append(f"eval {values['eval/return']:.1f} ({'final weights' if figures.eval_final else 'latest evaluation'})")
+        parts.append(
+            f"eval {values['eval/return']:.1f} ({'final weights' if figures.eval_final else 'latest evaluation'})"
+        )
     return " | ".join(parts) or None
 
 
 def print_summary(
-    logger: MetricsLogger, run_dir: Path, run_name: str | None, step: int, total: int, finished: bool, offline: bool
+    logger: MetricsLogger,
+    run_dir: Path,
+    run_name: str | None,
+    step: int,
+    total: int,
+    finished: bool,
+    offline: bool,
 ) -> None:
     """:func:`summary`, printed at once: the last thing the run says."""
     print(summary(logger, run_dir, run_name, step, total, finished, offline), flush=True)
 
 
 def summary(
-    logger: MetricsLogger, run_dir: Path, run_name: str | None, step: int, total: int, finished: bool, offline: bool
+    logger: MetricsLogger,
+    run_dir: Path,
+    run_name: str | None,
+    step: int,
+    total: int,
+    finished: bool,
+    offline: bool,
 ) -> str:
     """The block that ends a run at ``step`` of ``total``."""
     unit = logger.step.replace("_", " ")
     ended = "run finished" if finished else f"run stopped ({stop_reason()})"
-    seconds = logger.seconds()  # the run's clock (metrics.csv's time_s): a resumed run's earlier launches count
+    seconds = (
+        logger.seconds()
+    )  # the run's clock (metrics.csv's time_s): a resumed run's earlier launches count
     took = f"{seconds:.1f} s" if seconds < 60 else clock(seconds)
     lines = [f"{ended}: {unit} {step:,} of {total:,}, trained for {took}"]
     if returns := returns_text(logger.figures):
@@ -98,7 +124,9 @@ def summary(
     lines.append(f"  run_dir:  {where}")
     plot = ROOT / "scripts" / "plot.sh"
     if plot.exists():  # a checkout's, not an installed package's
-        lines.append(f"  plot:     {shlex.quote(str(plot))} {where} --out {shlex.quote(str(run_dir / 'curves.png'))}")
+        lines.append(
+            f"  plot:     {shlex.quote(str(plot))} {where} --out {shlex.quote(str(run_dir / 'curves.png'))}"
+        )
     lines.append(f"  evaluate: {shlex.quote(python())} -m harness.cli.evaluate {where}")
     if finished:
         budget = "algo.gradient_steps" if offline else "collector.total_frames"

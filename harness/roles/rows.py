@@ -16,7 +16,9 @@ class RowClock:
     def due(self, step: int) -> bool:
         return step >= self.next
 
-    def rates(self, step: int, frames: int, updates: int, offline: bool, waited_s: float = 0.0) -> dict[str, float]:
+    def rates(
+        self, step: int, frames: int, updates: int, offline: bool, waited_s: float = 0.0
+    ) -> dict[str, float]:
         """The rates since the previous row (offline runs collect no frames), and the share of that time a trainer
         spent waiting for batches (``waited_s``); the next row is due ``every`` steps on."""
         now = time.monotonic()
@@ -25,7 +27,10 @@ class RowClock:
         row = (
             {}
             if offline
-            else {"collect/frames_per_s": (frames - frames_then) / elapsed, "train/idle_fraction": waited_s / elapsed}
+            else {
+                "collect/frames_per_s": (frames - frames_then) / elapsed,
+                "train/idle_fraction": waited_s / elapsed,
+            }
         )
         row["train/updates_per_s"] = (updates - updates_then) / elapsed
         self.next, self.since = step + self.every, (now, frames, updates)

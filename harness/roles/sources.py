@@ -72,7 +72,12 @@ class EvaluationSource(Protocol):
 class InlineCollector:
     """World size 1: the trainer's own process collects each batch."""
 
-    def __init__(self, collector: RolloutCollector, subscriber: WeightSubscriber, evaluation: Optional[PeriodicEvaluation]):
+    def __init__(
+        self,
+        collector: RolloutCollector,
+        subscriber: WeightSubscriber,
+        evaluation: Optional[PeriodicEvaluation],
+    ):
         self.collector, self.subscriber, self.evaluation = collector, subscriber, evaluation
 
     def receive(self) -> list[TensorDict]:
@@ -80,7 +85,9 @@ class InlineCollector:
 
     def receive_any(self) -> TensorDict:
         self.subscriber.poll()
-        batch = self.collector.collect(self.subscriber.current_header())  # trainer 0 published version 0 first
+        batch = self.collector.collect(
+            self.subscriber.current_header()
+        )  # trainer 0 published version 0 first
         if self.evaluation is not None:
             self.evaluation.maybe_run(batch, self.subscriber.current_header())
         return batch
@@ -121,7 +128,9 @@ class RemoteEvaluations:
         self.receiver = receiver
         self.cond = threading.Condition()
         self.results: list[EvalResult] = []
-        self.newest = {c: -1 for c in receiver.collectors}  # newest version each collector evaluated
+        self.newest = {
+            c: -1 for c in receiver.collectors
+        }  # newest version each collector evaluated
         self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._receive, name="eval-receive", daemon=True)
         self.thread.start()
@@ -133,7 +142,13 @@ class RemoteEvaluations:
                 with self.cond:
                     if not float(message["stats", "last"]):
                         stats, version = message["stats"], int(message["version"])
-                        self.results.append(EvalResult(version, float(stats["eval_episodes"]), float(stats["eval_return_sum"])))
+                        self.results.append(
+                            EvalResult(
+                                version,
+                                float(stats["eval_episodes"]),
+                                float(stats["eval_return_sum"]),
+                            )
+                        )
                         self.newest[int(message["rank"])] = version
                     self.cond.notify_all()
         except BaseException as e:  # handed to the trainer's thread
@@ -158,7 +173,9 @@ class RemoteEvaluations:
                 self._check()
                 if not self.cond.wait(timeout=max(deadline - time.monotonic(), 0)):
                     late = [c for c, v in self.newest.items() if v < version]
-                    raise ChannelError(f"collector ranks {late} did not evaluate version {version} within {timeout_s:g} s")
+                    raise ChannelError(
+                        f"collector ranks {late} did not evaluate version {version} within {timeout_s:g} s"
+                    )
             self._check()
 
     def drain(self) -> int:
@@ -193,9 +210,17 @@ def open_join_desk(cfg: Config, publisher: WeightPublisher, template: TensorDict
     """Trainer 0's join store on ``topology.join_port``: the job's config, its weights, and the collectors' numbers."""
     port = cfg.topology.join_port
     try:
-        server = dist.TCPStore(socket.gethostname(), port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+        server = dist.TCPStore(
+            socket.gethostname(),
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=60),
+        )
     except RuntimeError as e:
-        raise RuntimeError(f"topology.join_port={port}: trainer 0 cannot listen there ({e}); choose a free port") from e
+        raise RuntimeError(
+            f"topology.join_port={port}: trainer 0 cannot listen there ({e}); choose a free port"
+        ) from e
     store = dist.PrefixStore(PREFIX, server)
     store.set(CONFIG, (Path(cfg.run_dir or ".") / "config.yaml").read_text())
     store.set(HEADER_ONLY, "0" if publisher.delivers_weights else "1")
@@ -220,7 +245,9 @@ class Connected:
         source.drain()
 
 
-def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm, frames: int = 0) -> Connected:
+def connect(
+    cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm, frames: int = 0
+) -> Connected:
     """Trainer 0's weight publisher, and this trainer's source of batches
     (online) or evaluations (offline). ``frames``: where a resumed run stands.
 
@@ -233,7 +260,10 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
         publisher, subscriber = local_pair(cfg.sync.timeout_s)
         publisher.connect(models, algo.header_values)
         if algo.offline:
-            return Connected(publisher, evaluations=InlineEvaluations(make_evaluation(cfg, 0, subscriber), subscriber))
+            return Connected(
+                publisher,
+                evaluations=InlineEvaluations(make_evaluation(cfg, 0, subscriber), subscriber),
+            )
         collector = build_collector(cfg, 0, subscriber)
         if frames:
             collector.reset(cfg.seed + frames)  # a resumed run: new episodes, not a replay
@@ -245,14 +275,23 @@ def connect(cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorit
     else:
         steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
         policy, spec = algo.acting_policy(models), algo.spec
-        template = batch_template(policy, spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs, spec.obs_dtype)
+        template = batch_template(
+            policy,
+            spec.obs_shape,
+            steps,
+            cfg.collector.num_envs,
+            algo.needs_next_obs,
+            spec.obs_dtype,
+        )
     publisher, desk = None, None
     if layout.rank == 0:
         publisher = make_publisher(cfg.sync, layout.rank, groups)
         if cfg.topology.join_port:
             desk = open_join_desk(cfg, publisher, template)
         publisher.connect(models, algo.header_values)
-    receiver = BatchReceiver(groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s)
+    receiver = BatchReceiver(
+        groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s
+    )
     if algo.offline:
         return Connected(publisher, evaluations=RemoteEvaluations(receiver))
     return Connected(publisher, batches=receiver if desk is None else JoinedBatches(receiver, desk))

@@ -59,7 +59,9 @@ from harness.sync.endpoints import Subscriber
 from harness.sync.shared_memory import ShmSink
 
 log = logging.getLogger("harness")
-PRELOAD = ["harness.roles.worker"]  # what the fork server imports once, so that a replacement starts in a fork
+PRELOAD = [
+    "harness.roles.worker"
+]  # what the fork server imports once, so that a replacement starts in a fork
 WATCH_S = 0.05  # how often a rank that only waits for its worker looks at its heartbeat
 SIGNAL_HINTS = {
     signal.SIGKILL: "kill -9, or the kernel's OOM killer",
@@ -92,7 +94,9 @@ class Incarnation:
 
     process: mp.process.BaseProcess
     conn: Connection
-    heartbeat: np.ndarray  # [time of its last env step while collecting (0: not stepping), frames since its last batch]
+    heartbeat: (
+        np.ndarray
+    )  # [time of its last env step while collecting (0: not stepping), frames since its last batch]
     started: float  # time.monotonic()
     ready: bool = False
 
@@ -105,13 +109,17 @@ class Supervisor:
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(PRELOAD)
         self.max_restarts, self.watchdog_s = cfg.collector.max_restarts, cfg.collector.watchdog_s
-        self.start_s = max(cfg.dist_timeout_s, self.watchdog_s)  # making the envs: as long as a peer may take to start
+        self.start_s = max(
+            cfg.dist_timeout_s, self.watchdog_s
+        )  # making the envs: as long as a peer may take to start
         self.restarts = 0
         self.causes: list[str] = []
         self.cause = ""  # how the last worker that failed ended
         self.unreported = [0.0, 0.0]  # restarts and lost frames not yet sent with a batch
         self.delivered = False  # some worker handed over a batch
-        self.relay: tuple[str, bool] | None = None  # the segment a worker reads weights from, and header_only
+        self.relay: tuple[str, bool] | None = (
+            None  # the segment a worker reads weights from, and header_only
+        )
         self.died_at: float | None = None  # when the last replaced worker was found dead
         self.batch: TensorDict | None = None
         self.worker = self._spawn()
@@ -123,8 +131,18 @@ class Supervisor:
     def _spawn(self) -> Incarnation:
         heartbeat = torch.zeros(2, dtype=torch.float64).share_memory_()
         ours, theirs = self.ctx.Pipe()
-        args = (self.cfg, self.rank, self.restarts, self.first, torch.get_num_threads(), theirs, heartbeat)
-        process = self.ctx.Process(target=worker.main, args=args, name=worker.worker_name(self.rank), daemon=True)
+        args = (
+            self.cfg,
+            self.rank,
+            self.restarts,
+            self.first,
+            torch.get_num_threads(),
+            theirs,
+            heartbeat,
+        )
+        process = self.ctx.Process(
+            target=worker.main, args=args, name=worker.worker_name(self.rank), daemon=True
+        )
         process.start()
         theirs.close()
         return Incarnation(process, ours, heartbeat.numpy(), time.monotonic())
@@ -142,7 +160,9 @@ class Supervisor:
         kind, spec, batch = message
         assert kind == "ready", f"unexpected message from the worker: {kind!r}"
         if self.batch is not None and schema(batch) != schema(self.batch):
-            raise CollectorFailed(f"{self.who}: a replacement worker's batch differs from the first one's")
+            raise CollectorFailed(
+                f"{self.who}: a replacement worker's batch differs from the first one's"
+            )
         self.batch, self.worker.ready = batch, True
         if self.relay is not None:
             self._tell(self.relay)
@@ -182,7 +202,9 @@ class Supervisor:
                 self.cause = describe_exit(w.process.exitcode, error)
                 return None
             now, beat = time.monotonic(), w.heartbeat[0]
-            stalled = (not w.ready and now - w.started > self.start_s) or (beat and now - beat > self.watchdog_s)
+            stalled = (not w.ready and now - w.started > self.start_s) or (
+                beat and now - beat > self.watchdog_s
+            )
             if stalled:
                 w.process.kill()
                 w.process.join(5)
@@ -199,8 +221,12 @@ class Supervisor:
         old = self.worker
         old.conn.close()
         self.causes.append(self.cause)
-        if not self.delivered and self.cause.startswith("raised"):  # a replacement would raise the same
-            raise CollectorFailed(f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first batch")
+        if not self.delivered and self.cause.startswith(
+            "raised"
+        ):  # a replacement would raise the same
+            raise CollectorFailed(
+                f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first batch"
+            )
         if self.restarts >= self.max_restarts:
             causes = "; ".join(f"{i + 1}. {c}" for i, c in enumerate(self.causes))
             raise CollectorFailed(
@@ -226,7 +252,9 @@ class Supervisor:
             if message == "last":
                 return None
             if message is not None:
-                raise CollectorFailed(f"{self.who}: unexpected message from its worker: {message!r}")
+                raise CollectorFailed(
+                    f"{self.who}: unexpected message from its worker: {message!r}"
+                )
             self._replace()
             while self._ready() is None:
                 self._replace()
@@ -273,21 +301,29 @@ def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> Non
         assert relay.segment is not None  # connect opened it
         supervisor.attach(relay.segment.name, not subscriber.delivers_weights)
         assert supervisor.batch is not None  # ready() set it
-        sender = BatchSender(groups.data, rank, layout.trainer_of(rank), supervisor.batch, cfg.dist_timeout_s)
+        sender = BatchSender(
+            groups.data, rank, layout.trainer_of(rank), supervisor.batch, cfg.dist_timeout_s
+        )
         poll = subscriber.poll if cfg.collector.mode == "async" else None
         header, first_round = subscriber.wait(min_version=0), True
         while not header.stop:
             batch = supervisor.take(while_waiting=poll)
             if batch is None:
                 break
-            batch["stats", "preempt"].fill_(signals.requested())  # the worker ignores signals: its rank hears them
+            batch["stats", "preempt"].fill_(
+                signals.requested()
+            )  # the worker ignores signals: its rank hears them
             sender.send(batch, while_waiting=poll)
             supervisor.release()
             if poll is not None:
                 header = subscriber.current_header()
             else:
-                again = cfg.collector.pipeline and first_round  # pipelined, the first two rounds share a version
-                header = subscriber.wait(min_version=header.version if again else header.version + 1)
+                again = (
+                    cfg.collector.pipeline and first_round
+                )  # pipelined, the first two rounds share a version
+                header = subscriber.wait(
+                    min_version=header.version if again else header.version + 1
+                )
             first_round = False
         sender.send_last(supervisor.batch)
         stopped = True

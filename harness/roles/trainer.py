@@ -59,12 +59,16 @@ class Trainer:
         self.algo: Algorithm = algorithm_for(cfg.algo.name, spec)(
             cfg.algo, spec, cfg.collector.total_frames, self.ddp_group, device=device
         )
-        if layout.rank > 0:  # built alike above; from here each trainer draws its own samples and noise
+        if (
+            layout.rank > 0
+        ):  # built alike above; from here each trainer draws its own samples and noise
             torch.manual_seed(cfg.seed + layout.rank)
         self.offline = self.algo.offline
         self.unit = "gradient_steps" if self.offline else "frames"
         self.total = cfg.algo.gradient_steps if self.offline else cfg.collector.total_frames
-        self.normalize: Optional[Callable[[float], Optional[float]]] = None  # offline: return -> normalised score
+        self.normalize: Optional[Callable[[float], Optional[float]]] = (
+            None  # offline: return -> normalised score
+        )
         if self.offline:
             assert cfg.dataset is not None  # Config refuses an offline algorithm without one
             data, meta = dataset.load(cfg.dataset, cfg.env.id)
@@ -73,11 +77,15 @@ class Trainer:
             self.normalize = meta.normalized
         self.progress = Progress()
         self.devices_checked = False  # after this process's first update (Trainer.learned)
-        self.state = TrainerState(self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer)
+        self.state = TrainerState(
+            self.algo, self.progress, layout.rank, self.ddp_group, cfg.checkpoint.replay_buffer
+        )
         self.resumed_from = self._resume()
         self.published = -1  # newest version sent
         self.first_version = self.progress.version  # the run's first publish sends it
-        self.changed = False  # the weights learned since the last publish: the next one is a new version
+        self.changed = (
+            False  # the weights learned since the last publish: the next one is a new version
+        )
         self.saved_at = -1  # step of the newest checkpoint written
         self.connected = connect(cfg, layout, groups, self.algo, self.progress.frames)
         self.publisher = self.connected.publisher
@@ -85,17 +93,27 @@ class Trainer:
         if layout.rank == 0:
             # What config.yaml holds, interpolations unresolved: no secret reaches wandb either.
             saved = run_dir / "config.yaml"
-            config = cast(dict, OmegaConf.to_container(OmegaConf.load(saved), resolve=False)) if saved.exists() else {}
-            self.logger = MetricsLogger(run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit)
+            config = (
+                cast(dict, OmegaConf.to_container(OmegaConf.load(saved), resolve=False))
+                if saved.exists()
+                else {}
+            )
+            self.logger = MetricsLogger(
+                run_dir, self.total, cfg.logger, config, resume_step=self.step, step=self.unit
+            )
             report.warn_frozen_weights(self.algo, self.publisher)
         self.stats = RolloutStats()
         self.eval_stats = EvalStats()
-        self.rows = RowClock(self.step, cfg.logger.log_every_frames, self.progress.frames, self.progress.updates)
+        self.rows = RowClock(
+            self.step, cfg.logger.log_every_frames, self.progress.frames, self.progress.updates
+        )
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.step // every + 1) * every if every else None
         self.preempted = False
         self.asked = False  # this update: a trainer was asked to stop (signal, or a collector's preempt flag)
-        self.final_row: dict[str, float] | None = None  # the last update's row: run() writes it once the run has ended
+        self.final_row: dict[str, float] | None = (
+            None  # the last update's row: run() writes it once the run has ended
+        )
         self.last_row: dict[str, float] = {}
 
     @property
@@ -116,7 +134,9 @@ class Trainer:
 
     def _resume(self) -> Optional[Path]:
         """Every trainer loads the run's newest valid checkpoint, or a new run checkpoint.init_from's (TrainerState.restore)."""
-        path = self.state.restore(self.run_dir, self.cfg.checkpoint, self.cfg.algo.name, self.cfg.env.id)
+        path = self.state.restore(
+            self.run_dir, self.cfg.checkpoint, self.cfg.algo.name, self.cfg.env.id
+        )
         if path is not None:
             self.report_devices(f"after loading {path.name}")
         return path
@@ -170,7 +190,10 @@ class Trainer:
         since = time.perf_counter()
         while True:
             batch = self.connected.batches.receive_any()
-            if self.progress.version - int(batch["rollout", "policy_version"].min()) <= self.cfg.collector.max_policy_lag:
+            if (
+                self.progress.version - int(batch["rollout", "policy_version"].min())
+                <= self.cfg.collector.max_policy_lag
+            ):
                 self.stats.trainer_wait_s += time.perf_counter() - since
                 return batch
             self.stats.add(batch, self.progress.version, dropped=True)
@@ -190,7 +213,12 @@ class Trainer:
             self.stats.add(batch, self.progress.version)
         asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
         if self.ddp_group is not None:
-            asked = any_of(asked, self.ddp_group, self.cfg.dist_timeout_s, f"for update {self.progress.updates + 1}")
+            asked = any_of(
+                asked,
+                self.ddp_group,
+                self.cfg.dist_timeout_s,
+                f"for update {self.progress.updates + 1}",
+            )
         self.asked = asked
 
     def update(self, batches: list[TensorDict]) -> Mapping[str, torch.Tensor | float]:
@@ -222,17 +250,32 @@ class Trainer:
             self.preempted = True
             if self.layout.rank == 0:
                 resume = report.resume_hint(self.run_dir, self.cfg.run_name)
-                log.warning("%s at %s %d: checkpoint written. Resume: %s", report.stop_reason(), self.unit, self.step, resume)
+                log.warning(
+                    "%s at %s %d: checkpoint written. Resume: %s",
+                    report.stop_reason(),
+                    self.unit,
+                    self.step,
+                    resume,
+                )
         if self.rows.due(self.step) or self.stopping:
             self.meet(f"to log at {self.unit} {self.step}")
-            stats, self.stats = self.stats.reduced(self.ddp_group), RolloutStats()  # a collective with several trainers
+            stats, self.stats = (
+                self.stats.reduced(self.ddp_group),
+                RolloutStats(),
+            )  # a collective with several trainers
             evals, self.eval_stats = self.eval_stats, EvalStats()
             row = evals.row(self.normalize) if self.offline else stats.row()
             waited_s = stats.trainer_wait_s / self.layout.trainers  # a trainer's mean
-            row.update(self.rows.rates(self.step, self.progress.frames, self.progress.updates, self.offline, waited_s))
+            row.update(
+                self.rows.rates(
+                    self.step, self.progress.frames, self.progress.updates, self.offline, waited_s
+                )
+            )
             if self.publisher is not None:
                 row["sync/bytes"] = self.publisher.payload_bytes
-            row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()})
+            row.update(
+                {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+            )
             row["sync/ms"] = sync_ms
             if self.stopping:
                 self.final_row = row
@@ -242,8 +285,14 @@ class Trainer:
     def write_row(self, row: dict[str, float]) -> None:
         """Trainer 0 writes ``row`` with the newest version published and the update count."""
         if self.logger is not None:
-            self.last_row = {**row, "sync/version": self.progress.version, "train/updates": self.progress.updates}
-            self.last_row.update(report.version_gap(self.publisher, self.progress.version, self.first_version))
+            self.last_row = {
+                **row,
+                "sync/version": self.progress.version,
+                "train/updates": self.progress.updates,
+            }
+            self.last_row.update(
+                report.version_gap(self.publisher, self.progress.version, self.first_version)
+            )
             self.logger.log(self.step, self.last_row)
 
     def header(self, stop: bool = False) -> Header:
@@ -260,7 +309,9 @@ class Trainer:
         self.changed = False
         if self.publisher is None:
             return 0.0
-        if self.algo.device.type == "cuda":  # the update's queued kernels end outside the timing: sync/ms is the publish's
+        if (
+            self.algo.device.type == "cuda"
+        ):  # the update's queued kernels end outside the timing: sync/ms is the publish's
             torch.cuda.synchronize(self.algo.device)
         started = time.perf_counter()
         self.publisher.publish(self.header(stop))
@@ -277,9 +328,19 @@ class Trainer:
             if self.done and self.saved_at != self.step:
                 self.save_checkpoint()  # the final weights, for evaluation or as a behaviour policy
             final = self.final_row
-            if final is not None and self.done and not self.offline and self.cfg.eval.every_frames and self.logger is not None:
-                result = evaluate_final(self.cfg, self.algo, self.header())  # after the rates: its time is not training's
-                final["eval/final_return"] = result.return_sum / result.episodes  # beside eval/return (older weights')
+            if (
+                final is not None
+                and self.done
+                and not self.offline
+                and self.cfg.eval.every_frames
+                and self.logger is not None
+            ):
+                result = evaluate_final(
+                    self.cfg, self.algo, self.header()
+                )  # after the rates: its time is not training's
+                final["eval/final_return"] = (
+                    result.return_sum / result.episodes
+                )  # beside eval/return (older weights')
             self.publish(stop=True)
             if final is not None:
                 self.write_row(final)
@@ -290,11 +351,21 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         if self.logger is not None:  # the run finished or was stopped: say so, and what comes next
-            report.print_summary(self.logger, self.run_dir, self.cfg.run_name, self.step, self.total, self.done, self.offline)
+            report.print_summary(
+                self.logger,
+                self.run_dir,
+                self.cfg.run_name,
+                self.step,
+                self.total,
+                self.done,
+                self.offline,
+            )
         return self.last_row
 
 
-def run_trainer(cfg: Config, layout: Layout, groups: Optional[Groups], run_dir: Path) -> dict[str, float]:
+def run_trainer(
+    cfg: Config, layout: Layout, groups: Optional[Groups], run_dir: Path
+) -> dict[str, float]:
     """Train until the budget is spent, in the loop the run's kind calls for; returns trainer 0's last metrics row."""
     trainer = Trainer(cfg, layout, groups, run_dir)
     return trainer.run(loops.for_run(cfg, layout, trainer.offline))

@@ -53,7 +53,9 @@ def become_worker(rank: int, threads: int) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
     torch.set_num_threads(threads)
-    logging.basicConfig(level=logging.WARNING, format=f"collector rank {rank} (worker): %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format=f"collector rank {rank} (worker): %(message)s"
+    )
 
 
 class PipeOutlet:
@@ -68,7 +70,9 @@ class PipeOutlet:
         while not self.conn.poll(pause):  # an EOF (its rank died) ends the wait too: recv raises it
             waited += pause
             if waited > self.timeout_s:
-                raise TimeoutError(f"its rank did not take a batch in {self.timeout_s:g} s (dist_timeout_s)")
+                raise TimeoutError(
+                    f"its rank did not take a batch in {self.timeout_s:g} s (dist_timeout_s)"
+                )
             if while_waiting is not None:
                 pause = POLL_S[0] if while_waiting() else min(2 * pause, POLL_S[1])
         reply = self.conn.recv()
@@ -85,17 +89,27 @@ def relay_subscriber(cfg: Config, rank: int, segment: str, header_only: bool) ->
     source.attach(segment)
     endpoint = Endpoint(rank, "collector worker", cfg.sync.name)
     wire = cfg.sync.torch_wire_dtype
-    return Subscriber(endpoint, cfg.sync.timeout_s, source, None, wire_dtype=wire, header_only=header_only)
+    return Subscriber(
+        endpoint, cfg.sync.timeout_s, source, None, wire_dtype=wire, header_only=header_only
+    )
 
 
 def main(
-    cfg: Config, rank: int, incarnation: int, evaluates: bool, threads: int, conn: Connection, heartbeat: torch.Tensor
+    cfg: Config,
+    rank: int,
+    incarnation: int,
+    evaluates: bool,
+    threads: int,
+    conn: Connection,
+    heartbeat: torch.Tensor,
 ) -> None:
     """The worker's life: make the envs, say ready, collect until the stop."""
     become_worker(rank, threads)
     beat: np.ndarray = heartbeat.numpy()
     try:
-        collector, models, values, spec = make_collector(cfg, rank, incarnation, shared=True)  # its rank sends the batch
+        collector, models, values, spec = make_collector(
+            cfg, rank, incarnation, shared=True
+        )  # its rank sends the batch
         collector.heartbeat = beat
         conn.send(("ready", spec, collector.batch))
         beat[0] = 0.0  # ready: from here on only its steps are watched
@@ -104,7 +118,9 @@ def main(
         subscriber.connect(models, values)
         evaluation = make_periodic_evaluation(cfg, collector, evaluates)
         try:
-            collect_loop(cfg, rank, collector, subscriber, PipeOutlet(conn, cfg.dist_timeout_s), evaluation)
+            collect_loop(
+                cfg, rank, collector, subscriber, PipeOutlet(conn, cfg.dist_timeout_s), evaluation
+            )
         finally:
             subscriber.close()
             collector.envs.close()

@@ -15,9 +15,23 @@ from __future__ import annotations
 from harness.distributed.handshake import HandshakeError, SchemaMismatchError
 from harness.distributed.setup import Groups
 from harness.sync import gloo, hierarchical, nccl, none, shm
-from harness.sync.contract import Endpoint, Header, Scheme, SyncError, SyncSettings, WeightPublisher, WeightSubscriber
+from harness.sync.contract import (
+    Endpoint,
+    Header,
+    Scheme,
+    SyncError,
+    SyncSettings,
+    WeightPublisher,
+    WeightSubscriber,
+)
 
-SCHEMES: dict[str, Scheme] = {"gloo": gloo, "nccl": nccl, "shm": shm, "hierarchical": hierarchical, "none": none}
+SCHEMES: dict[str, Scheme] = {
+    "gloo": gloo,
+    "nccl": nccl,
+    "shm": shm,
+    "hierarchical": hierarchical,
+    "none": none,
+}
 
 
 def make_publisher(cfg: SyncSettings, rank: int, groups: Groups) -> WeightPublisher:

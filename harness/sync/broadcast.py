@@ -21,7 +21,9 @@ from harness.distributed.waits import Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
 from harness.sync.payload import Payload
 
-APPLIED = "weights-applied"  # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
+APPLIED = (
+    "weights-applied"  # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
+)
 
 
 class _BroadcastEnd:
@@ -42,16 +44,26 @@ class BroadcastSink(_BroadcastEnd):
     """Trainer 0's end (a :class:`~harness.sync.contract.Sink`): one broadcast
     of the payload per write."""
 
-    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, timeout_s: float, store: dist.Store | None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        group: dist.ProcessGroup,
+        timeout_s: float,
+        store: dist.Store | None,
+    ):
         super().__init__(endpoint, group, store)
         self.timeout_s = timeout_s
-        self.sent = self.needed = -1  # the newest version sent, and the one receivers had to apply to take it
+        self.sent = (
+            self.needed
+        ) = -1  # the newest version sent, and the one receivers had to apply to take it
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
         self.finish()  # the previous broadcast still reads the buffer
         assert self.payload is not None  # open() made it
         self.payload.write(weights, header)
-        self._work = dist.broadcast(self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True)
+        self._work = dist.broadcast(
+            self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True
+        )
         self.needed, self.sent = self.sent, header.version
 
     def finish(self) -> None:
@@ -62,7 +74,9 @@ class BroadcastSink(_BroadcastEnd):
         try:
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
-            receivers = [r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank]
+            receivers = [
+                r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank
+            ]
             late = self.applied.behind(receivers, self.needed)
             who = (
                 f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version {self.needed} (gone or stalled)"
@@ -83,7 +97,9 @@ class BroadcastSource(_BroadcastEnd):
     """A receiver's end (a :class:`~harness.sync.contract.Source`): the
     broadcast lands in its payload, which is its staging buffer."""
 
-    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, root: int, store: dist.Store | None):
+    def __init__(
+        self, endpoint: Endpoint, group: dist.ProcessGroup, root: int, store: dist.Store | None
+    ):
         super().__init__(endpoint, group, store)
         self.root = root
         self.version = -1  # the newest version applied
@@ -94,7 +110,9 @@ class BroadcastSource(_BroadcastEnd):
 
     def _post(self) -> None:
         assert self.payload is not None  # open() made it
-        self._work = dist.broadcast(self.payload.buffer, src=self.root, group=self.group, async_op=True)
+        self._work = dist.broadcast(
+            self.payload.buffer, src=self.root, group=self.group, async_op=True
+        )
         self.applied.mark(self.endpoint.rank, self.version)  # ready for the one after it
 
     @property
@@ -125,7 +143,9 @@ class BroadcastSource(_BroadcastEnd):
             self._work.wait(timedelta(seconds=timeout_s))
         except RuntimeError as e:
             self._work = None
-            raise SyncError(f"the broadcast from rank {self.root} ended {wait.seconds:.1f} s in: {e}") from e
+            raise SyncError(
+                f"the broadcast from rank {self.root} ended {wait.seconds:.1f} s in: {e}"
+            ) from e
         return self._apply(live)
 
     def close(self) -> None:

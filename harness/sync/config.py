@@ -16,14 +16,22 @@ class SyncConfig:
     """How policy weights reach the collectors; see docs/weight_sync.md."""
 
     name: str = "gloo"  # gloo | nccl | shm | hierarchical | none
-    timeout_s: float = 60.0  # longest wait for an update, and the longest allowed gap between publishes
-    wire_dtype: str = "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
+    timeout_s: float = (
+        60.0  # longest wait for an update, and the longest allowed gap between publishes
+    )
+    wire_dtype: str = (
+        "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
+    )
     poll_interval_s: float = 0.0002  # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
-    publish_every_updates: int = 1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
+    publish_every_updates: int = (
+        1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
+    )
 
     def __post_init__(self) -> None:
         if self.name not in SCHEMES:
-            raise ValueError(f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}")
+            raise ValueError(
+                f"sync={self.name!r} is not a weight sync scheme; choose one of {sorted(SCHEMES)}"
+            )
         if self.timeout_s <= 0:
             raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
         if self.poll_interval_s < 0:
@@ -31,9 +39,13 @@ class SyncConfig:
                 f"sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), got {self.poll_interval_s}"
             )
         if self.publish_every_updates < 1:
-            raise ValueError(f"sync.publish_every_updates must be >= 1, got {self.publish_every_updates}")
+            raise ValueError(
+                f"sync.publish_every_updates must be >= 1, got {self.publish_every_updates}"
+            )
         if self.wire_dtype not in WIRE_DTYPES:
-            raise ValueError(f"sync.wire_dtype={self.wire_dtype!r}: choose one of {sorted(WIRE_DTYPES)}")
+            raise ValueError(
+                f"sync.wire_dtype={self.wire_dtype!r}: choose one of {sorted(WIRE_DTYPES)}"
+            )
         if self.name == "nccl" and not torch.cuda.is_available():
             raise ValueError(
                 "sync=nccl needs CUDA on every rank, and this rank has none: use sync=gloo "

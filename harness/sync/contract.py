@@ -83,9 +83,13 @@ class Scheme(Protocol):
         in the same order, right after the job's own groups; ``wait_s`` is the longest wait the
         harness bounds itself on them. Most schemes need none (:func:`no_groups`)."""
 
-    def make_publisher(self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> WeightPublisher: ...
+    def make_publisher(
+        self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups
+    ) -> WeightPublisher: ...
 
-    def make_subscriber(self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> WeightSubscriber: ...
+    def make_subscriber(
+        self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups
+    ) -> WeightSubscriber: ...
 
 
 def no_groups(groups: Groups, layout: Layout, wait_s: float) -> None:

@@ -17,7 +17,15 @@ from torch import nn
 from harness.core.packing import leaf_tensors
 from harness.distributed.handshake import check_schema
 from harness.distributed.waits import Wait
-from harness.sync.contract import Endpoint, Header, Sink, Source, SyncError, WeightPublisher, WeightSubscriber
+from harness.sync.contract import (
+    Endpoint,
+    Header,
+    Sink,
+    Source,
+    SyncError,
+    WeightPublisher,
+    WeightSubscriber,
+)
 from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
 
 
@@ -36,7 +44,12 @@ class Publisher(WeightPublisher):
         header_only: bool = False,
     ):
         super().__init__(endpoint, timeout_s)
-        self.sinks, self.group, self.wire_dtype, self.device = sinks, handshake_group, wire_dtype, device
+        self.sinks, self.group, self.wire_dtype, self.device = (
+            sinks,
+            handshake_group,
+            wire_dtype,
+            device,
+        )
         self.after_open = after_open  # e.g. tell readers the names of the segments the sinks made
         self.header_only = header_only  # sync=none: only the header travels
 
@@ -52,14 +65,23 @@ class Publisher(WeightPublisher):
         models = {} if self.header_only else models
         self.source = weights_of(models)
         # A GPU trainer's weights reach CPU transports through pinned memory (Payload.write).
-        pin = any(staging_path(t.device, torch.device(self.device)) == DEVICE_TO_HOST for t in leaf_tensors(self.source))
+        pin = any(
+            staging_path(t.device, torch.device(self.device)) == DEVICE_TO_HOST
+            for t in leaf_tensors(self.source)
+        )
 
         def make_payload() -> Payload:
             return Payload.from_models(models, value_names, self.wire_dtype, self.device, pin)
 
         template = make_payload()
         self.payload_bytes = template.buffer.numel()
-        check_schema(template.schema, group=self.group, root=self.endpoint.rank, who=str(self.endpoint), what="weights")
+        check_schema(
+            template.schema,
+            group=self.group,
+            root=self.endpoint.rank,
+            who=str(self.endpoint),
+            what="weights",
+        )
         for sink in self.sinks:
             sink.open(make_payload)
         self.after_open()
@@ -114,7 +136,11 @@ class Subscriber(WeightSubscriber):
 
         if self.group is not None:
             check_schema(
-                make_payload().schema, group=self.group, root=self.publisher_rank, who=str(self.endpoint), what="weights"
+                make_payload().schema,
+                group=self.group,
+                root=self.publisher_rank,
+                who=str(self.endpoint),
+                what="weights",
             )
         self.live = Payload.from_models(models, value_names, device=self.device)
         for sink in self.forwards:

@@ -24,12 +24,22 @@ WAKE_ALL = 2**31 - 1
 
 
 def _futex_call() -> Callable[..., int] | None:
-    number = SYSCALL_NUMBERS.get(platform.machine()) if sys.platform == "linux" and sys.byteorder == "little" else None
+    number = (
+        SYSCALL_NUMBERS.get(platform.machine())
+        if sys.platform == "linux" and sys.byteorder == "little"
+        else None
+    )
     if number is None:
         return None
     syscall = ctypes.CDLL(None, use_errno=True).syscall
     return lambda address, op, value, timeout: syscall(
-        ctypes.c_long(number), ctypes.c_void_p(address), ctypes.c_int(op), ctypes.c_int(value), timeout, None, ctypes.c_int(0)
+        ctypes.c_long(number),
+        ctypes.c_void_p(address),
+        ctypes.c_int(op),
+        ctypes.c_int(value),
+        timeout,
+        None,
+        ctypes.c_int(0),
     )
 
 

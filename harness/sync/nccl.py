@@ -43,7 +43,9 @@ def make_groups(groups: Groups, layout: Layout, wait_s: float) -> None:
     (where this torch has it) binds the communicator to the rank's GPU, and
     its members create it now (:func:`create_communicator`)."""
     if os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0") == "0":
-        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3"  # tear the process down on a timeout or error
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = (
+            "3"  # tear the process down on a timeout or error
+        )
     members = [0, *layout.collector_ranks]
     kwargs: dict[str, Any] = {}
     if groups.device is not None and "device_id" in inspect.signature(dist.new_group).parameters:
@@ -54,7 +56,9 @@ def make_groups(groups: Groups, layout: Layout, wait_s: float) -> None:
         create_communicator(groups.scheme_group, groups.device, wait_s)
 
 
-def create_communicator(group: dist.ProcessGroup, device: Optional[torch.device], timeout_s: float) -> None:
+def create_communicator(
+    group: dist.ProcessGroup, device: Optional[torch.device], timeout_s: float
+) -> None:
     """One small all-reduce on ``group``, waited for: its NCCL communicator exists from here on.
 
     Created lazily, it would be made inside a collector's first posted receive,
@@ -72,7 +76,9 @@ def create_communicator(group: dist.ProcessGroup, device: Optional[torch.device]
 def _device(endpoint: Endpoint, groups: Groups) -> tuple[str, dist.ProcessGroup]:
     """The rank's GPU, as its placement chose it, and the NCCL group bound to it."""
     if not torch.cuda.is_available() or groups.scheme_group is None or groups.device is None:
-        raise SyncError(f"{endpoint}: sync=nccl needs a GPU on every rank and this rank has none: use sync=gloo")
+        raise SyncError(
+            f"{endpoint}: sync=nccl needs a GPU on every rank and this rank has none: use sync=gloo"
+        )
     return str(groups.device), groups.scheme_group
 
 
@@ -85,4 +91,6 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     device, group = _device(endpoint, groups)
     source = BroadcastSource(endpoint, group, 0, groups.store)
-    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype, device=device)
+    return Subscriber(
+        endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype, device=device
+    )

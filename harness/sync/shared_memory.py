@@ -79,13 +79,22 @@ class Segment:
     descriptor, which carries its locks.
     """
 
-    def __init__(self, name: str, buf: memoryview, fd: int, slot_bytes: int, slots: int, owner: bool, closer):
-        self.name, self.fd, self.slot_bytes, self.owner, self._closer = name, fd, slot_bytes, owner, closer
+    def __init__(
+        self, name: str, buf: memoryview, fd: int, slot_bytes: int, slots: int, owner: bool, closer
+    ):
+        self.name, self.fd, self.slot_bytes, self.owner, self._closer = (
+            name,
+            fd,
+            slot_bytes,
+            owner,
+            closer,
+        )
         self.control = np.ndarray((CONTROL + slots,), dtype=np.int64, buffer=buf)
         self.bell = self.control.ctypes.data + BELL * 8  # the address sleepers wait on
         offset, stride = self.control_bytes(slots), -(-slot_bytes // 64) * 64
         self.slots = [
-            torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride) for i in range(slots)
+            torch.frombuffer(buf, dtype=torch.uint8, count=slot_bytes, offset=offset + i * stride)
+            for i in range(slots)
         ]
         self.nbytes = len(buf)
         self.registered = False  # page-locked for CUDA (pin_for_cuda)
@@ -122,11 +131,17 @@ class Segment:
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except FileNotFoundError as e:
-            raise SyncError(f"shared-memory segment {name} does not exist (its writer exited?)") from e
+            raise SyncError(
+                f"shared-memory segment {name} does not exist (its writer exited?)"
+            ) from e
         try:
             size = os.fstat(fd).st_size
             mapping = mmap.mmap(fd, size)
-            slots = int(np.ndarray((CONTROL,), dtype=np.int64, buffer=mapping)[SLOTS]) if size >= CONTROL * 8 else 0
+            slots = (
+                int(np.ndarray((CONTROL,), dtype=np.int64, buffer=mapping)[SLOTS])
+                if size >= CONTROL * 8
+                else 0
+            )
             if slots < 1 or size < cls.size_for(slot_bytes, slots):
                 mapping.close()
                 raise SyncError(
@@ -135,7 +150,9 @@ class Segment:
         except BaseException:
             os.close(fd)
             raise
-        return cls(name, memoryview(mapping), fd, slot_bytes, slots, owner=False, closer=mapping.close)
+        return cls(
+            name, memoryview(mapping), fd, slot_bytes, slots, owner=False, closer=mapping.close
+        )
 
     def pin_for_cuda(self) -> bool:
         """Page-lock the mapping for CUDA (``cudaHostRegister``): a GPU
@@ -197,10 +214,15 @@ class ShmSink:
         assert self.segment is not None  # open() made it
         segment, control = self.segment, self.segment.control
         latest = int(control[LATEST])
-        others = sorted((s for s in range(len(segment.slots)) if s != latest), key=lambda s: control[VERSION + s])
+        others = sorted(
+            (s for s in range(len(segment.slots)) if s != latest),
+            key=lambda s: control[VERSION + s],
+        )
         slot = next((s for s in others if segment.lock(s, fcntl.F_WRLCK)), None)
         if slot is None:
-            raise SyncError(f"shared-memory segment {segment.name}: every slot is in use; it was made for {self.readers} readers")
+            raise SyncError(
+                f"shared-memory segment {segment.name}: every slot is in use; it was made for {self.readers} readers"
+            )
         try:
             self.slot_payloads[slot].write(weights, header)
             control[VERSION + slot] = header.version
@@ -248,7 +270,9 @@ class ShmSource:
             if self.segment.lock(slot, fcntl.F_RDLCK):
                 self.pinned = slot
                 return slot
-        raise SyncError(f"shared-memory segment {self.segment.name}: could not lock the latest slot in {MAX_RETRIES} tries")
+        raise SyncError(
+            f"shared-memory segment {self.segment.name}: could not lock the latest slot in {MAX_RETRIES} tries"
+        )
 
     def poll_into(self, live: Payload) -> Header | None:
         assert self.segment is not None  # open() attached it
@@ -271,17 +295,25 @@ class ShmSource:
         start = time.monotonic()
         control, writer = self.segment.control, int(self.segment.control[PID])
         while True:
-            rung = int(control[BELL])  # read before looking: a write after it makes the sleep return at once
+            rung = int(
+                control[BELL]
+            )  # read before looking: a write after it makes the sleep return at once
             header = self.poll_into(live)
             if header is not None:
                 return header
             left = start + timeout_s - time.monotonic()
             if left <= 0:
-                raise SyncError(f"nothing new in shared-memory segment {self.segment.name} for {time.monotonic() - start:.1f} s")
+                raise SyncError(
+                    f"nothing new in shared-memory segment {self.segment.name} for {time.monotonic() - start:.1f} s"
+                )
             if not alive(writer):  # a dead writer never writes again: fail now, not at the timeout
-                raise SyncError(f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead")
+                raise SyncError(
+                    f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead"
+                )
             # Sleep until the writer rings, waking every 0.1 s to check that it is alive.
-            futex.wait(self.segment.bell, rung, min(left, DEAD_WRITER_CHECK_S), self.poll_interval_s)
+            futex.wait(
+                self.segment.bell, rung, min(left, DEAD_WRITER_CHECK_S), self.poll_interval_s
+            )
 
     def close(self) -> None:
         if self.segment is not None:

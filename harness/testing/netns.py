@@ -31,7 +31,9 @@ class NamespaceError(RuntimeError):
 
 def ip_command() -> str:
     """iproute2's ``ip``, also where ``/usr/sbin`` is not on the path."""
-    found = shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if Path(p).exists()), None)
+    found = shutil.which("ip") or next(
+        (p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if Path(p).exists()), None
+    )
     if found is None:
         raise NamespaceError("iproute2's ip is not installed (apt-get install iproute2)")
     return found
@@ -58,7 +60,9 @@ class Node:
         out = _ip("-n", self.namespace, "-s", "-j", "link", "show", "dev", self.interface)
         return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
 
-    def torchrun(self, node_rank: int, head: Node, nproc: int, argv: list[str], run_id: str = "two-nodes") -> list[str]:
+    def torchrun(
+        self, node_rank: int, head: Node, nproc: int, argv: list[str], run_id: str = "two-nodes"
+    ) -> list[str]:
         """``torchrun`` for this node of a 2-node job whose c10d rendezvous
         lives on ``head``. The head hosts the rendezvous store (``is_host``:
         its address is not what the machine's hostname resolves to), and each
@@ -82,7 +86,9 @@ class Node:
 
 def _ip(*args: str) -> str:
     try:
-        return subprocess.run([ip_command(), *args], check=True, capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run(
+            [ip_command(), *args], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
     except subprocess.CalledProcessError as e:
         raise NamespaceError(f"ip {' '.join(args)} failed: {e.stderr.strip()}") from e
 
@@ -102,7 +108,20 @@ def two_nodes(tag: str = "") -> Iterator[tuple[Node, Node]]:
             _ip("netns", "add", node.namespace)
             made.append(node.namespace)
         a, b = nodes
-        _ip("link", "add", a.interface, "netns", a.namespace, "type", "veth", "peer", "name", b.interface, "netns", b.namespace)
+        _ip(
+            "link",
+            "add",
+            a.interface,
+            "netns",
+            a.namespace,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b.interface,
+            "netns",
+            b.namespace,
+        )
         for node in nodes:
             _ip("-n", node.namespace, "addr", "add", f"{node.address}/24", "dev", node.interface)
             _ip("-n", node.namespace, "link", "set", node.interface, "up")
@@ -110,4 +129,6 @@ def two_nodes(tag: str = "") -> Iterator[tuple[Node, Node]]:
         yield a, b
     finally:
         for namespace in made:
-            subprocess.run([ip_command(), "netns", "del", namespace], capture_output=True, timeout=30)
+            subprocess.run(
+                [ip_command(), "netns", "del", namespace], capture_output=True, timeout=30
+            )

@@ -22,7 +22,14 @@ START_TIMEOUT_S = 600.0
 # Ranks fork from one server process that imported these once, rather than each
 # importing torch afresh (2-3 s of CPU a rank; a test suite starts hundreds).
 # Nothing has run in the server, so no thread pool or process group is forked.
-PRELOAD = ["torch", "torch.distributed", "tensordict", "gymnasium", "harness.sync", "harness.collect.envs"]
+PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "tensordict",
+    "gymnasium",
+    "harness.sync",
+    "harness.collect.envs",
+]
 
 
 def context() -> mp.context.ForkServerContext:
@@ -52,7 +59,9 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
     )
     import torch
 
-    torch.set_num_threads(1)  # torch was imported (by the fork server) before OMP_NUM_THREADS was set here
+    torch.set_num_threads(
+        1
+    )  # torch was imported (by the fork server) before OMP_NUM_THREADS was set here
     queue.put((rank, STARTED, None))  # imports done: from here on ``timeout`` counts
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
@@ -60,7 +69,9 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
         queue.put((rank, type(e).__name__, f"{e}\n{traceback.format_exc()}"))
 
 
-def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: float = 60.0) -> dict[int, tuple[str, object]]:
+def run_ranks(
+    target, world_size: int, *args, ranks=None, nodes=None, timeout: float = 60.0
+) -> dict[int, tuple[str, object]]:
     """Run ``target(rank, world_size, *args)`` in one spawned process per rank
     (``ranks`` defaults to all) and return ``{rank: (status, result)}`` where
     status is ``"ok"`` or the exception's class name. A rank whose target runs
@@ -72,13 +83,18 @@ def run_ranks(target, world_size: int, *args, ranks=None, nodes=None, timeout: f
     queue, port = ctx.Queue(), free_port()
     ranks = list(range(world_size)) if ranks is None else ranks
     nodes = nodes or [0] * world_size
-    procs = {r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes)) for r in ranks}
+    procs = {
+        r: ctx.Process(target=_rank_main, args=(target, r, world_size, port, queue, args, nodes))
+        for r in ranks
+    }
     for p in procs.values():
         p.start()
     results: dict[int, tuple[str, object]] = {}
     spawned = time.monotonic()
     deadlines = {r: spawned + START_TIMEOUT_S for r in ranks}
-    while len(results) < len(ranks) and time.monotonic() < max(deadlines[r] for r in ranks if r not in results):
+    while len(results) < len(ranks) and time.monotonic() < max(
+        deadlines[r] for r in ranks if r not in results
+    ):
         try:
             rank, status, value = queue.get(timeout=0.5)
         except queue_mod.Empty:

@@ -26,7 +26,9 @@ def constant_reward_data(spec: EnvSpec, n: int = 20_000) -> TensorDict:
     low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
     obs = torch.randn(n, spec.obs_dim, generator=g)
     weights = torch.randn(spec.obs_dim, spec.num_actions, generator=g) / spec.obs_dim**0.5
-    unit = (torch.tanh(obs @ weights) * 0.8 + 0.1 * torch.randn(n, spec.num_actions, generator=g)).clamp(-1, 1)
+    unit = (
+        torch.tanh(obs @ weights) * 0.8 + 0.1 * torch.randn(n, spec.num_actions, generator=g)
+    ).clamp(-1, 1)
     return TensorDict(
         obs=obs,
         action=(low + high) / 2 + unit * (high - low) / 2,

@@ -20,7 +20,9 @@ OBS_BYTES = 2000 * 3 * 4  # 2,000 Pendulum transitions of 3 float32s
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("written")
-    done = run_harness(["env=pendulum", "out=ds", "frames=2000"], where, module="harness.cli.dataset")
+    done = run_harness(
+        ["env=pendulum", "out=ds", "frames=2000"], where, module="harness.cli.dataset"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (where / "ds/data/obs.memmap").stat().st_size == OBS_BYTES
     return where / "ds"
@@ -41,11 +43,15 @@ def claims_another_shape(ds: Path) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("damage", [cut_short, claims_another_shape])
-def test_a_damaged_dataset_is_refused_naming_the_file_and_sizes_and_no_byte_changes(workdir, written, damage):
+def test_a_damaged_dataset_is_refused_naming_the_file_and_sizes_and_no_byte_changes(
+    workdir, written, damage
+):
     ds = Path(shutil.copytree(written, workdir / "ds"))
     message = damage(ds)
     before = snapshot(ds)
-    out = run_harness(["algo=iql", "env=pendulum", "dataset=ds", "run_dir=run"], workdir, nproc=2, timeout=120)
+    out = run_harness(
+        ["algo=iql", "env=pendulum", "dataset=ds", "run_dir=run"], workdir, nproc=2, timeout=120
+    )
     assert out.returncode != 0 and message in out.stderr, out.stderr[-3000:]
     assert snapshot(ds) == before and not (workdir / "run").exists()
 

@@ -57,7 +57,9 @@ def test_the_stacks_come_back_byte_for_byte_with_about_one_frame_stored_per_tran
 
 def test_when_the_rings_wrap_the_newest_transitions_stay_whole():
     batches = atari_batches(5)
-    replay = FrameReplay(150, batches[0])  # 5 x 256 transitions through 150 slots, and frames for about as many
+    replay = FrameReplay(
+        150, batches[0]
+    )  # 5 x 256 transitions through 150 slots, and frames for about as many
     for batch in batches:
         replay.extend(batch)
     naive = torch.cat([by_column(b) for b in batches])[-replay.size :]
@@ -97,5 +99,7 @@ def test_a_checkpointed_frame_replay_resumes_as_it_was():
 
 
 def test_frame_replay_is_refused_for_state_vectors():
-    with pytest.raises(ValueError, match=r"algo\.replay_frames=true stores stacked image frames once"):
+    with pytest.raises(
+        ValueError, match=r"algo\.replay_frames=true stores stacked image frames once"
+    ):
         compose_config("algo=dqn", "algo.replay_frames=true")

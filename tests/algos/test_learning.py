@@ -18,7 +18,9 @@ def returns(run_dir) -> list[float]:
 # SAC learns with its losses in bfloat16 (algo.amp=bf16, docs/gpu.md: 1.27x faster on this CPU), TD3 in float32:
 # one run each covers both precisions. Budgets: one log row past where seeds 1 and 2 first scored above -300
 # (SAC by 5k frames, TD3 at 6k).
-@pytest.mark.parametrize("preset, amp, frames", [("sac_pendulum", "bf16", 5120), ("td3_pendulum", "off", 6144)])
+@pytest.mark.parametrize(
+    "preset, amp, frames", [("sac_pendulum", "bf16", 5120), ("td3_pendulum", "off", 6144)]
+)
 def test_continuous_control_learns_pendulum(workdir, preset, amp, frames):
     out = run_harness(
         [
@@ -114,7 +116,12 @@ def test_ppo_with_normalisation_learns_a_mujoco_task(workdir):
     ids=["ppo", "dqn"],
 )
 def test_pixels_learn_minatar_breakout(workdir, preset, options, bound):
-    args = [f"experiment={preset}", "collector.total_frames=61440", "logger.log_every_frames=10240", *options]
+    args = [
+        f"experiment={preset}",
+        "collector.total_frames=61440",
+        "logger.log_every_frames=10240",
+        *options,
+    ]
     args += ["logger.console=false", "run_dir=run"]
     out = run_harness(args, workdir, nproc=3, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -51,7 +51,12 @@ def random_transitions(n: int, obs_dim: int = 3) -> TensorDict:
 def test_dataset_round_trip_is_bit_exact(tmp_path):
     data = random_transitions(1000)
     meta = dataset.Meta(
-        env="Pendulum-v1", transitions=1000, episodes=5, behaviour_return=-500.0, random_return=-1200.0, expert_return=-150.0
+        env="Pendulum-v1",
+        transitions=1000,
+        episodes=5,
+        behaviour_return=-500.0,
+        random_return=-1200.0,
+        expert_return=-150.0,
     )
     dataset.save(tmp_path / "ds", data, meta)
     loaded, loaded_meta = dataset.load(tmp_path / "ds", "Pendulum-v1")
@@ -64,40 +69,64 @@ def test_dataset_round_trip_is_bit_exact(tmp_path):
 @pytest.mark.unit
 def test_dataset_for_another_env_is_refused(tmp_path):
     dataset.save(
-        tmp_path / "ds", random_transitions(10), dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0)
+        tmp_path / "ds",
+        random_transitions(10),
+        dataset.Meta(env="Pendulum-v1", transitions=10, episodes=0, behaviour_return=0.0),
     )
-    with pytest.raises(dataset.DatasetError, match=re.escape("collected on Pendulum-v1, but this run is env.id=CartPole-v1")):
+    with pytest.raises(
+        dataset.DatasetError,
+        match=re.escape("collected on Pendulum-v1, but this run is env.id=CartPole-v1"),
+    ):
         dataset.load(tmp_path / "ds", "CartPole-v1")
     data, _ = dataset.load(tmp_path / "ds")
-    with pytest.raises(dataset.DatasetError, match=r"observations \(3,\).*env has observations \(4,\)"):
+    with pytest.raises(
+        dataset.DatasetError, match=r"observations \(3,\).*env has observations \(4,\)"
+    ):
         dataset.check_shapes("ds", data, CARTPOLE.obs_shape, CARTPOLE.action_shape)
 
 
 @pytest.mark.unit
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
-    with pytest.raises(dataset.DatasetError, match=r"does not exist.*python -m harness.cli.dataset"):
+    with pytest.raises(
+        dataset.DatasetError, match=r"does not exist.*python -m harness.cli.dataset"
+    ):
         dataset.load(tmp_path / "nowhere")
-    storage = dataset.allocate(tmp_path / "half", random_transitions(1)[0], 10)  # a write that never finished
+    storage = dataset.allocate(
+        tmp_path / "half", random_transitions(1)[0], 10
+    )  # a write that never finished
     assert storage.shape == (10,)
-    with pytest.raises(dataset.DatasetError, match=re.escape("no meta.json: its write never finished")):
+    with pytest.raises(
+        dataset.DatasetError, match=re.escape("no meta.json: its write never finished")
+    ):
         dataset.load(tmp_path / "half")
-    dataset.finish(tmp_path / "half", dataset.Meta(env="Pendulum-v1", transitions=11, episodes=0, behaviour_return=0.0))
-    with pytest.raises(dataset.DatasetError, match=re.escape("meta.json says 11 transitions, data/ holds 10")):
+    dataset.finish(
+        tmp_path / "half",
+        dataset.Meta(env="Pendulum-v1", transitions=11, episodes=0, behaviour_return=0.0),
+    )
+    with pytest.raises(
+        dataset.DatasetError, match=re.escape("meta.json says 11 transitions, data/ holds 10")
+    ):
         dataset.load(tmp_path / "half")
     (tmp_path / "half" / "meta.json").write_text('{"env": "Pendulum-v1", "transiti')  # cut short
-    with pytest.raises(dataset.DatasetError, match=r"meta.json is damaged.*write the dataset again"):
+    with pytest.raises(
+        dataset.DatasetError, match=r"meta.json is damaged.*write the dataset again"
+    ):
         dataset.load(tmp_path / "half")
 
 
 @pytest.mark.e2e
 def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     """Two real ranks roll out random actions into one storage; then a mix of two datasets."""
-    done = write_dataset(["env=cartpole", "out=rand", "frames=2001", "num_envs=2"], workdir, nproc=2)
+    done = write_dataset(
+        ["env=cartpole", "out=rand", "frames=2001", "num_envs=2"], workdir, nproc=2
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data, meta = dataset.load(workdir / "rand", "CartPole-v1")
     assert meta.transitions == 2001 == data.shape[0] and [s["rank"] for s in meta.sources] == [0, 1]
     assert (data["obs"].abs().sum(-1) > 0).all()  # no row left unwritten by either rank
-    assert 10 < meta.behaviour_return < 40 and 10 < meta.random_return < 40  # random CartPole lasts about 22 steps
+    assert (
+        10 < meta.behaviour_return < 40 and 10 < meta.random_return < 40
+    )  # random CartPole lasts about 22 steps
     # Within an episode, each transition's next observation is the following one's observation
     # (ranks' rows are [time, env] flattened: env e's next step is 2 rows on).
     rank0 = data[:1000]
@@ -110,7 +139,9 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     assert mixed.returncode == 0, mixed.stderr[-3000:]
     data_mixed, meta_mixed = dataset.load(workdir / "mixed")
     second, _ = dataset.load(workdir / "rand2")
-    assert meta_mixed.transitions == 2501 and torch.equal(data_mixed["obs"], torch.cat([data["obs"], second["obs"]]))
+    assert meta_mixed.transitions == 2501 and torch.equal(
+        data_mixed["obs"], torch.cat([data["obs"], second["obs"]])
+    )
     refused = write_dataset(["out=rand", "frames=10"], workdir, nproc=2)
     assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
 
@@ -124,8 +155,15 @@ def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workd
     assert done.returncode == 0, done.stderr[-3000:]
     spec = env_spec(MINATAR)
     data, _ = dataset.load(workdir / "pixels", MINATAR)
-    assert data["obs"].dtype == data["next_obs"].dtype == torch.uint8 and data["obs"].shape == (frames, 4, 10, 10)
-    assert (workdir / "pixels" / "data" / "obs.memmap").stat().st_size == frames * 400  # 4 x 10 x 10 bytes a frame
+    assert data["obs"].dtype == data["next_obs"].dtype == torch.uint8 and data["obs"].shape == (
+        frames,
+        4,
+        10,
+        10,
+    )
+    assert (
+        workdir / "pixels" / "data" / "obs.memmap"
+    ).stat().st_size == frames * 400  # 4 x 10 x 10 bytes a frame
     algo = algorithm_for("cql", spec)(CQLConfig(batch_size=32, compile=False), spec, 0)
     encoder = next(m for m in algo.policy.modules() if isinstance(m, PixelEncoder))
     inputs: list[torch.Tensor] = []
@@ -135,7 +173,15 @@ def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workd
     assert inputs and all(x.dtype == torch.uint8 for x in inputs)
 
     run = run_harness(
-        ["algo=cql", "env=minatar_breakout", "dataset=pixels", "algo.gradient_steps=40", "run_dir=cql"], workdir, nproc=2
+        [
+            "algo=cql",
+            "env=minatar_breakout",
+            "dataset=pixels",
+            "algo.gradient_steps=40",
+            "run_dir=cql",
+        ],
+        workdir,
+        nproc=2,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     with open(workdir / "cql" / "metrics.csv", newline="") as f:
@@ -145,7 +191,9 @@ def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workd
 
 @pytest.mark.unit
 def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeypatch):
-    minari = pytest.importorskip("minari", reason="the offline extra is not installed: pip install -e '.[offline]'")
+    minari = pytest.importorskip(
+        "minari", reason="the offline extra is not installed: pip install -e '.[offline]'"
+    )
     import gymnasium as gym
     from minari.data_collector import EpisodeBuffer
 
@@ -192,12 +240,18 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
     data, meta = dataset.load("minari:pendulum/test-v0", "Pendulum-v1")
     assert data.shape == (400,) and meta.transitions == 400 and meta.episodes == 2
     first = episodes[0]
-    assert torch.equal(data["obs"][:200], torch.from_numpy(np.array(first.observations[:-1])).float())
-    assert torch.equal(data["next_obs"][:200], torch.from_numpy(np.array(first.observations[1:])).float())
+    assert torch.equal(
+        data["obs"][:200], torch.from_numpy(np.array(first.observations[:-1])).float()
+    )
+    assert torch.equal(
+        data["next_obs"][:200], torch.from_numpy(np.array(first.observations[1:])).float()
+    )
     assert bool(data["truncated"][199]) and not bool(data["truncated"][198])
     assert meta.behaviour_return == pytest.approx(np.mean([np.sum(e.rewards) for e in episodes]))
     assert (meta.random_return, meta.expert_return) == (-1200.0, -150.0)
-    with pytest.raises(dataset.DatasetError, match=r"not on this machine.*minari download pendulum/other-v0"):
+    with pytest.raises(
+        dataset.DatasetError, match=r"not on this machine.*minari download pendulum/other-v0"
+    ):
         dataset.load("minari:pendulum/other-v0")
 
 
@@ -205,7 +259,9 @@ def test_minari_dataset_written_by_minari_loads_as_transitions(tmp_path, monkeyp
 def test_expectile_loss_hand_checked():
     diff = torch.tensor([1.0, -2.0])  # Q above V weighs 0.7, below 0.3
     assert expectile_loss(diff, 0.7).item() == pytest.approx((0.7 * 1 + 0.3 * 4) / 2)
-    assert expectile_loss(diff, 0.5).item() == pytest.approx(0.5 * (1 + 4) / 2)  # 0.5: half the mean squared error
+    assert expectile_loss(diff, 0.5).item() == pytest.approx(
+        0.5 * (1 + 4) / 2
+    )  # 0.5: half the mean squared error
 
 
 @pytest.mark.unit
@@ -232,7 +288,9 @@ def test_iql_actor_lr_follows_corls_cosine_and_resumes_with_the_step_count():
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(reference, steps)
     for _ in range(steps):
         logged = float(iql.update([], 0)["train/actor_lr"])  # a float32 tensor
-        assert iql.actor_optimizer.param_groups[0]["lr"] == pytest.approx(reference.param_groups[0]["lr"], abs=1e-12)
+        assert iql.actor_optimizer.param_groups[0]["lr"] == pytest.approx(
+            reference.param_groups[0]["lr"], abs=1e-12
+        )
         assert logged == pytest.approx(reference.param_groups[0]["lr"], rel=1e-6, abs=1e-12)
         reference.step()
         schedule.step()
@@ -262,12 +320,18 @@ def test_iql_deterministic_actor_regresses_onto_the_datas_actions():
 def test_cql_penalty_hand_checked():
     q = torch.tensor([[1.0, 2.0, 3.0]])
     expected = math.log(math.exp(1) + math.exp(2) + math.exp(3)) - 1.0
-    assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0])).item() == pytest.approx(expected)
+    assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0])).item() == pytest.approx(
+        expected
+    )
     # Importance weights: actions drawn with density p count as exp(Q) / p.
     log_p = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
-    assert cql_penalty(q, log_p, torch.tensor([1.0])).item() == pytest.approx(expected + math.log(2))
+    assert cql_penalty(q, log_p, torch.tensor([1.0])).item() == pytest.approx(
+        expected + math.log(2)
+    )
     # Temperature T: T * logsumexp(Q / T); a low one approaches the hard maximum.
-    assert cql_penalty(q, torch.zeros_like(q), torch.tensor([1.0]), temperature=0.01).item() == pytest.approx(2.0, abs=1e-3)
+    assert cql_penalty(
+        q, torch.zeros_like(q), torch.tensor([1.0]), temperature=0.01
+    ).item() == pytest.approx(2.0, abs=1e-3)
 
 
 @pytest.mark.unit
@@ -279,7 +343,9 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
 
     def first_update(scale: float) -> dict[str, float]:
         torch.manual_seed(0)
-        cql = CQL(CQLConfig(batch_size=256, n_actions=2, compile=False, reward_scale=scale), PENDULUM, 0)
+        cql = CQL(
+            CQLConfig(batch_size=256, n_actions=2, compile=False, reward_scale=scale), PENDULUM, 0
+        )
         cql.use_dataset(data)
         return {k: float(v) for k, v in cql.update([], 0).items()}
 
@@ -287,7 +353,9 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
     assert full["train/target_q"] - scaled["train/target_q"] == pytest.approx(-1.5, abs=1e-4)
     assert bool((data["reward"] == -2.0).all())
     assert all(math.isfinite(scaled[f"train/{k}"]) for k in ("q_random", "q_policy", "q1"))
-    assert 0 < scaled["train/policy_share"] < 1  # the pi(s), pi(s') samples' share of the soft maximum
+    assert (
+        0 < scaled["train/policy_share"] < 1
+    )  # the pi(s), pi(s') samples' share of the soft maximum
     with pytest.raises(ValueError, match=re.escape("algo.reward_scale=0 is out of range")):
         CQLConfig(reward_scale=0.0)
 
@@ -300,7 +368,13 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
     data = random_transitions(256)
     data["action"].fill_(1.5)
     torch.manual_seed(0)
-    cql = CQL(CQLConfig(batch_size=64, n_actions=2, compile=False, actor_lr=1e-2, cql_alpha=0.0, bc_steps=150), PENDULUM, 0)
+    cql = CQL(
+        CQLConfig(
+            batch_size=64, n_actions=2, compile=False, actor_lr=1e-2, cql_alpha=0.0, bc_steps=150
+        ),
+        PENDULUM,
+        0,
+    )
     cql.use_dataset(data)
     obs = data["obs"][:64]
 
@@ -313,11 +387,19 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
         cql.update([], 0)
     cloned = likelihood()
     _, _, mean = cql.policy.sample(obs)
-    assert cloned > start + 2 and float((mean - 1.5).abs().mean()) < 0.2, (start, cloned, mean.mean())
+    assert cloned > start + 2 and float((mean - 1.5).abs().mean()) < 0.2, (
+        start,
+        cloned,
+        mean.mean(),
+    )
     never_cloning = CQL(dataclasses.replace(cql.cfg, bc_steps=0), PENDULUM, 0)
-    resumed = CQL(cql.cfg, PENDULUM, 0)  # from a checkpoint: it counts on from step 150, so it clones no more
+    resumed = CQL(
+        cql.cfg, PENDULUM, 0
+    )  # from a checkpoint: it counts on from step 150, so it clones no more
     for algo in (never_cloning, resumed):
-        algo.load_state_dict(copy.deepcopy(cql.state_dict()))  # a copy: Adam loads its moments uncopied
+        algo.load_state_dict(
+            copy.deepcopy(cql.state_dict())
+        )  # a copy: Adam loads its moments uncopied
         algo.use_dataset(data)
     for algo in (cql, never_cloning, resumed):
         torch.manual_seed(1)
@@ -354,7 +436,9 @@ def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
     obs = data["obs"].double()
     for _ in range(2):
         iql.use_dataset(data)
-        assert torch.allclose(iql.obs_norm.mean, obs.mean(0)) and torch.allclose(iql.obs_norm.var, obs.var(0, unbiased=False))
+        assert torch.allclose(iql.obs_norm.mean, obs.mean(0)) and torch.allclose(
+            iql.obs_norm.var, obs.var(0, unbiased=False)
+        )
     seen = []
     monkeypatch.setattr(iql, "learn", lambda batch: seen.append(batch) or {})
     torch.manual_seed(3)
@@ -362,7 +446,9 @@ def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
     torch.manual_seed(3)
     index = torch.randint(0, 1000, (32,))
     for key in ("obs", "next_obs"):
-        expected = ((data[key][index].double() - obs.mean(0)) / obs.var(0, unbiased=False).sqrt()).float()
+        expected = (
+            (data[key][index].double() - obs.mean(0)) / obs.var(0, unbiased=False).sqrt()
+        ).float()
         assert torch.allclose(seen[0][key], expected, atol=1e-5)
 
 
@@ -373,7 +459,10 @@ def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
         (IQL(IQLConfig(batch_size=32), PENDULUM, 0), PENDULUM),
         (IQL(IQLConfig(batch_size=32, deterministic_actor=True), PENDULUM, 0), PENDULUM),
         (CQL(CQLConfig(batch_size=32, n_actions=3, compile=False), PENDULUM, 0), PENDULUM),
-        (algorithm_for("cql", CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0), CARTPOLE),
+        (
+            algorithm_for("cql", CARTPOLE)(CQLConfig(batch_size=32, compile=False), CARTPOLE, 0),
+            CARTPOLE,
+        ),
     ],
     ids=["iql", "iql-deterministic", "cql", "cql-discrete"],
 )
@@ -405,9 +494,15 @@ def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
     done = write_dataset(["env=pendulum", "out=pend", "frames=200"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     missing = run_harness(["algo=iql", "env=pendulum"], workdir)
-    assert missing.returncode != 0 and "algo=iql learns from a dataset: add dataset=<path>" in missing.stderr
+    assert (
+        missing.returncode != 0
+        and "algo=iql learns from a dataset: add dataset=<path>" in missing.stderr
+    )
     wrong = run_harness(["algo=cql", "env=cartpole", "dataset=pend"], workdir)
-    assert wrong.returncode != 0 and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
+    assert (
+        wrong.returncode != 0
+        and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
+    )
 
 
 @pytest.mark.e2e
@@ -415,7 +510,9 @@ def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
 def test_discrete_cql_learns_cartpole_from_random_play(workdir):
     """Random play lasts about 22 steps; CQL on 20k random transitions, with two
     collector ranks evaluating published weights, does far better."""
-    done = write_dataset(["env=cartpole", "out=rand", "frames=20000", "reference.episodes=20"], workdir)
+    done = write_dataset(
+        ["env=cartpole", "out=rand", "frames=20000", "reference.episodes=20"], workdir
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     run = run_harness(
         [
@@ -440,7 +537,9 @@ def test_discrete_cql_learns_cartpole_from_random_play(workdir):
         rows = list(csv.DictReader(f))
     assert [int(r["gradient_steps"]) for r in rows] == [500, 1000, 1500, 2000, 2500, 3000]
     final = rows[-1]
-    assert int(float(final["eval/version"])) == 12  # the last row holds the final weights' evaluation
+    assert (
+        int(float(final["eval/version"])) == 12
+    )  # the last row holds the final weights' evaluation
     behaviour = json.loads((workdir / "rand" / "meta.json").read_text())["behaviour_return"]
     assert float(final["eval/return"]) > 4 * behaviour, final
 
@@ -470,10 +569,16 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
     with (workdir / "run" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [int(r["gradient_steps"]) for r in rows] == [100, 200, 300, 400]
-    assert all(r["eval/return"] for r in rows) and [int(float(r["eval/version"])) for r in rows] == [1, 2, 3, 4]
+    assert all(r["eval/return"] for r in rows) and [
+        int(float(r["eval/version"])) for r in rows
+    ] == [1, 2, 3, 4]
     obs = dataset.load(workdir / "rand", "CartPole-v1")[0]["obs"].double()
-    saved = checkpoint.read(checkpoint.checkpoint_dir(workdir / "run") / "step-000000000400")[0]["algo"]["obs_norm"]
-    assert torch.allclose(saved["mean"], obs.mean(0)) and torch.allclose(saved["var"], obs.var(0, unbiased=False))
+    saved = checkpoint.read(checkpoint.checkpoint_dir(workdir / "run") / "step-000000000400")[0][
+        "algo"
+    ]["obs_norm"]
+    assert torch.allclose(saved["mean"], obs.mean(0)) and torch.allclose(
+        saved["var"], obs.var(0, unbiased=False)
+    )
 
 
 @pytest.mark.e2e
@@ -482,7 +587,10 @@ def test_dataset_from_a_trained_checkpoint(workdir):
     here); a policy trained on another env is refused."""
     trained = run_harness(["debug=tiny", "run_dir=ppo"], workdir)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    done = write_dataset(["env=cartpole", "out=ds", "frames=300", "policy=ppo", "reference.expert_policy=ppo"], workdir)
+    done = write_dataset(
+        ["env=cartpole", "out=ds", "frames=300", "policy=ppo", "reference.expert_policy=ppo"],
+        workdir,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     _, meta = dataset.load(workdir / "ds", "CartPole-v1")
     assert (
@@ -492,4 +600,7 @@ def test_dataset_from_a_trained_checkpoint(workdir):
     )
     assert meta.expert_return is not None and meta.expert_return > 0
     wrong = write_dataset(["env=pendulum", "out=ds2", "frames=300", "policy=ppo"], workdir)
-    assert wrong.returncode != 0 and "was trained on CartPole-v1, but env.id=Pendulum-v1" in wrong.stderr
+    assert (
+        wrong.returncode != 0
+        and "was trained on CartPole-v1, but env.id=Pendulum-v1" in wrong.stderr
+    )

@@ -67,8 +67,14 @@ def batch(n=2, discrete=False):
 @pytest.mark.unit
 def test_sac_target_is_min_q_minus_alpha_logp_and_stops_at_termination():
     sac = SAC(SACConfig(autotune=False, alpha=0.5, gamma=0.9), PENDULUM, 1000)
-    sac.critics.targets = lambda obs, action: torch.tensor([[3.0], [5.0]]).expand(2, obs.shape[0])  # Q'_1 = 3, Q'_2 = 5
-    sac.policy.sample = lambda obs: (torch.zeros(obs.shape[0], 1), torch.full((obs.shape[0],), -2.0), None)
+    sac.critics.targets = lambda obs, action: torch.tensor([[3.0], [5.0]]).expand(
+        2, obs.shape[0]
+    )  # Q'_1 = 3, Q'_2 = 5
+    sac.policy.sample = lambda obs: (
+        torch.zeros(obs.shape[0], 1),
+        torch.full((obs.shape[0],), -2.0),
+        None,
+    )
     target = sac.q_target(batch())
     # not terminated: 1 + 0.9 * (min(3, 5) - 0.5 * -2) = 4.6; terminated: just the reward
     assert torch.allclose(target, torch.tensor([1 + 0.9 * (3 + 1.0), 2.0]))
@@ -79,7 +85,11 @@ def test_sac_entropy_tuning_raises_alpha_when_entropy_is_too_low():
     sac = SAC(SACConfig(), PENDULUM, 1000)
     assert sac.target_entropy == -1.0
     # log pi = +3 means entropy -3, below the target -1: alpha must grow.
-    sac.policy.sample = lambda obs: (torch.zeros(obs.shape[0], 1, requires_grad=True), torch.full((obs.shape[0],), 3.0), None)
+    sac.policy.sample = lambda obs: (
+        torch.zeros(obs.shape[0], 1, requires_grad=True),
+        torch.full((obs.shape[0],), 3.0),
+        None,
+    )
     before = sac.log_alpha.log_value.item()
     sac.gradient_steps = 0
     sac.learn(batch())
@@ -104,7 +114,9 @@ def test_td3_target_action_stays_in_the_box():
     td3 = TD3(TD3Config(policy_noise=100.0, noise_clip=100.0), PENDULUM, 1000)
     seen = []
     original = td3.critics.targets
-    td3.critics.targets = lambda obs, action: (seen.append(action.clone()), original(obs, action))[1]
+    td3.critics.targets = lambda obs, action: (seen.append(action.clone()), original(obs, action))[
+        1
+    ]
     td3.q_target(batch())
     assert seen and seen[0].abs().max() <= 2.0  # Pendulum's torque limit
 

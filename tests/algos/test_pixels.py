@@ -59,7 +59,9 @@ def test_channels_first_moves_the_channel_axis_and_scales_booleans():
     [(env_spec(MINATAR), [(3, 3)]), (ATARI_SIZED, [(8, 8), (4, 4), (3, 3)])],
     ids=["10x10: MinAtar's network", "84x84: the Nature CNN"],
 )
-def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_images(name, spec, kernels):
+def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_images(
+    name, spec, kernels
+):
     cls = algorithm_for(name, spec)
     algo = cls(cls.Config(compile=False), spec, 10_000)
     assert [c.kernel_size for c in convolutions(algo.policy)] == kernels
@@ -68,11 +70,15 @@ def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_ima
 
 
 @pytest.mark.parametrize("spec", [env_spec(MINATAR), ATARI_SIZED], ids=["MinAtar", "Atari"])
-def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_once_per_minibatch(spec):
+def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_once_per_minibatch(
+    spec,
+):
     """CleanRL's Atari ``Agent``: one CNN, an actor head and a critic head, both losses training the CNN."""
     algo = ALGOS["ppo"](ALGOS["ppo"].Config(compile=False), spec, 10_000)
     encoder = algo.policy.net[0]
-    assert isinstance(algo.policy.value_head, nn.Linear) and convolutions(algo.loss) == convolutions(encoder)
+    assert isinstance(algo.policy.value_head, nn.Linear) and convolutions(
+        algo.loss
+    ) == convolutions(encoder)
     # The loss trains the policy's weights and nothing else: the value head is the policy's, and collectors get it.
     assert {id(p) for p in algo.loss.parameters()} == {id(p) for p in algo.policy.parameters()}
     assert sum(p.numel() for p in algo.policy.value_head.parameters()) == encoder.features + 1
@@ -98,7 +104,9 @@ def test_ppo_on_images_learns_from_the_values_the_collectors_recorded_without_a_
     """Acting records each frame's value (the trainer's critic's, of the same weights), and the update takes them:
     the CNN sees the round's next observations and the minibatches, never the whole round at once."""
     cls = ALGOS["ppo"]
-    algo = cls(cls.Config(compile=False, num_minibatches=2, update_epochs=1), env_spec(MINATAR), 10_000)
+    algo = cls(
+        cls.Config(compile=False, num_minibatches=2, update_epochs=1), env_spec(MINATAR), 10_000
+    )
     steps, envs = 8, 3
     obs = torch.randint(0, 2, (steps, envs, *algo.spec.obs_shape), dtype=torch.uint8) * 255
     with torch.no_grad():  # as a collector acts
@@ -116,9 +124,15 @@ def test_ppo_on_images_learns_from_the_values_the_collectors_recorded_without_a_
     )
     batch = TensorDict(rollout=rollout, next_obs=obs[-1], batch_size=[])
     rows = []
-    algo.policy.net[0].register_forward_hook(lambda module, inputs, output: rows.append(output.shape[0]))
+    algo.policy.net[0].register_forward_hook(
+        lambda module, inputs, output: rows.append(output.shape[0])
+    )
     metrics = algo.update([batch], 0)
-    assert rows == [envs, steps * envs // 2, steps * envs // 2]  # the bootstrap values, then two minibatches
+    assert rows == [
+        envs,
+        steps * envs // 2,
+        steps * envs // 2,
+    ]  # the bootstrap values, then two minibatches
     assert torch.isfinite(metrics["train/value_loss"])
 
 
@@ -128,14 +142,26 @@ def test_the_encoder_scales_bytes_to_the_unit_interval_on_its_own_device():
     seen = []
     conv.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0]))
     encoder(torch.full((2, 100), 255, dtype=torch.uint8))
-    assert seen[0].dtype == torch.float32 and seen[0].max() == 1.0 and seen[0].shape == (2, 1, 10, 10)
+    assert (
+        seen[0].dtype == torch.float32 and seen[0].max() == 1.0 and seen[0].shape == (2, 1, 10, 10)
+    )
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ALGOS if not algorithm_for(n, env_spec(MINATAR)).takes_pixels))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in ALGOS if not algorithm_for(n, env_spec(MINATAR)).takes_pixels)
+)
 def test_algorithms_without_a_cnn_refuse_images_naming_those_with_one(name):
     overrides = ["algo.normalize_obs=false"] if name in ("sac", "td3", "iql") else []
-    with pytest.raises(ValueError, match=rf"algo={name} takes state vectors only.*use algo=cql or algo=dqn or algo=ppo"):
-        compose_config(f"algo={name}", "env=minatar_breakout", *overrides, *(["dataset=/nowhere"] if ALGOS[name].offline else []))
+    with pytest.raises(
+        ValueError,
+        match=rf"algo={name} takes state vectors only.*use algo=cql or algo=dqn or algo=ppo",
+    ):
+        compose_config(
+            f"algo={name}",
+            "env=minatar_breakout",
+            *overrides,
+            *(["dataset=/nowhere"] if ALGOS[name].offline else []),
+        )
 
 
 def test_observation_normalisation_is_refused_on_images():

@@ -42,7 +42,9 @@ def test_vtrace_matches_the_papers_sum_off_policy(rho_bar, c_bar, lam):
     )
     next_value = torch.randn(1, generator=g, dtype=torch.float64)
     done = torch.zeros(steps, 1, dtype=torch.bool)
-    targets, advantage = vtrace(log_ratio, reward, value, done, next_value, 0.97, lam, rho_bar, c_bar)
+    targets, advantage = vtrace(
+        log_ratio, reward, value, done, next_value, 0.97, lam, rho_bar, c_bar
+    )
     expected_targets, expected_advantage = paper_targets(
         log_ratio[:, 0], reward[:, 0], value[:, 0], next_value, 0.97, lam, rho_bar, c_bar
     )
@@ -70,7 +72,9 @@ def test_truncation_levels_clip_large_ratios_only():
     reward, value, next_value = torch.ones(1, 1), torch.zeros(1, 1), torch.zeros(1)
     done = torch.zeros(1, 1, dtype=torch.bool)
     for ratio, expected in ((5.0, 1.0), (0.25, 0.25)):
-        targets, advantage = vtrace(torch.full((1, 1), ratio).log(), reward, value, done, next_value, 0.9)
+        targets, advantage = vtrace(
+            torch.full((1, 1), ratio).log(), reward, value, done, next_value, 0.9
+        )
         assert targets.item() == pytest.approx(expected)
         assert advantage.item() == pytest.approx(expected)
 
@@ -82,7 +86,11 @@ def ppo_with(vtrace_on: bool, rho_bar: float = 1.0):
     spec = env_spec("CartPole-v1")
     cls = algorithm_for("ppo", spec)
     torch.manual_seed(0)
-    return cls(cls.Config(compile=False, vtrace=vtrace_on, vtrace_rho_bar=rho_bar, gae_lambda=0.9), spec, 10_000)
+    return cls(
+        cls.Config(compile=False, vtrace=vtrace_on, vtrace_rho_bar=rho_bar, gae_lambda=0.9),
+        spec,
+        10_000,
+    )
 
 
 def acted(ppo, steps: int = 12, envs: int = 3, lag_shift: float = 0.0):
@@ -92,9 +100,18 @@ def acted(ppo, steps: int = 12, envs: int = 3, lag_shift: float = 0.0):
     g = torch.Generator().manual_seed(1)
     obs = torch.randn(steps, envs, 4, generator=g)
     action = torch.randint(0, 2, (steps, envs), generator=g)
-    logprob = ppo.policy.log_prob_entropy(obs.flatten(0, 1), action.flatten())[0].detach().view(steps, envs) + lag_shift
+    logprob = (
+        ppo.policy.log_prob_entropy(obs.flatten(0, 1), action.flatten())[0]
+        .detach()
+        .view(steps, envs)
+        + lag_shift
+    )
     rollout = TensorDict(
-        obs=obs, action=action, logprob=logprob, reward=torch.rand(steps, envs, generator=g), batch_size=[steps, envs]
+        obs=obs,
+        action=action,
+        logprob=logprob,
+        reward=torch.rand(steps, envs, generator=g),
+        batch_size=[steps, envs],
     )
     rollout["done"] = torch.rand(steps, envs, generator=g) < 0.15
     return obs, rollout, torch.randn(envs, 4, generator=g)
@@ -128,4 +145,7 @@ def test_ppo_vtrace_weights_frames_by_their_ratio_truncated_at_rho_bar():
     assert clipped == 1.0 and torch.allclose(preferred, gae_returns, atol=1e-5)
     for shift, rho_bar in ((0.5, 1.0), (-0.5, 2.0)):
         returns, clipped = targets(shift, rho_bar)
-        assert clipped == 0.0 and not torch.allclose(returns, gae_returns, atol=1e-3), (shift, rho_bar)
+        assert clipped == 0.0 and not torch.allclose(returns, gae_returns, atol=1e-3), (
+            shift,
+            rho_bar,
+        )

@@ -24,7 +24,12 @@ def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
     generator, as gymnasium's AtariPreprocessing draws them), then each action repeated for 4 emulator frames, the
     grayscale screens of the last two max-pooled and shrunk to 84x84 (OpenCV's INTER_AREA), starting with FIRE,
     and the newest 4 of these stacked oldest first, the first frame repeated to fill the stack at the start."""
-    env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=108_000)
+    env = gym.make(
+        "ALE/Breakout-v5",
+        frameskip=1,
+        repeat_action_probability=0.0,
+        max_num_frames_per_episode=108_000,
+    )
     env.reset(seed=seed)
     ale = env.unwrapped.ale
     for _ in range(env.unwrapped.np_random.integers(1, 31)):
@@ -35,7 +40,9 @@ def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
         for _ in range(4):
             env.step(action)
             screens.append(ale.getScreenGrayscale())
-        return cv2.resize(np.maximum(screens[-2], screens[-1]), (84, 84), interpolation=cv2.INTER_AREA)
+        return cv2.resize(
+            np.maximum(screens[-2], screens[-1]), (84, 84), interpolation=cv2.INTER_AREA
+        )
 
     frames = [agent_step(1)] * 4  # FIRE, which Breakout waits for
     stacks = [np.stack(frames)]
@@ -62,7 +69,9 @@ def test_preprocessing_matches_envpools_written_out_on_the_emulator():
     assert all(o.shape == (4, 84, 84) and o.dtype == np.uint8 for o in seen)
     for step, (got, want) in enumerate(zip(seen, expected)):
         assert np.array_equal(got, want), f"step {step}"
-    assert not np.array_equal(seen[-1][-1], seen[-1][-2])  # the ball moved: the newest frame is last
+    assert not np.array_equal(
+        seen[-1][-1], seen[-1][-2]
+    )  # the ball moved: the newest frame is last
 
 
 @pytest.mark.unit
@@ -84,7 +93,10 @@ def test_a_lost_life_ends_a_training_episode_but_not_the_reported_game():
                 break
             assert ale.lives() > 0  # a life lost: the game goes on, not reset to a new one
     envs.close()
-    assert len(games) == 1 and episodes == 5, (episodes, games)  # Breakout's 5 lives: 5 learner's episodes, 1 game
+    assert len(games) == 1 and episodes == 5, (
+        episodes,
+        games,
+    )  # Breakout's 5 lives: 5 learner's episodes, 1 game
     assert rewards <= {0.0, 1.0}  # clipped for the learner
     assert games[0] >= clipped_sum > 0  # the raw return: Breakout's bricks are worth 1, 4 or 7
 
@@ -104,8 +116,12 @@ def test_the_collector_counts_whole_games_with_raw_returns():
         returns += float(batch["stats", "return_sum"])
         lost_lives += float(batch["rollout", "done"].sum())
     envs.close()
-    assert games >= 1 and lost_lives >= 5 * games  # the learner's episodes are lives, the stats count games
-    assert returns / games >= 1  # a random Breakout game breaks a brick or more: raw returns, not per life
+    assert (
+        games >= 1 and lost_lives >= 5 * games
+    )  # the learner's episodes are lives, the stats count games
+    assert (
+        returns / games >= 1
+    )  # a random Breakout game breaks a brick or more: raw returns, not per life
 
 
 @pytest.mark.e2e
@@ -126,17 +142,25 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
     ]
     out = run_harness(args, tmp_path, nproc=3, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "(trainer.threads=all: the node's" in out.stdout + out.stderr  # the preset's, over torchrun's one thread
+    assert (
+        "(trainer.threads=all: the node's" in out.stdout + out.stderr
+    )  # the preset's, over torchrun's one thread
     table = rows(tmp_path / "run")
     assert [int(r["frames"]) for r in table] == [512, 1024]
-    assert float(table[-1]["sync/bytes"]) > 4 * 1_600_000  # the actor's Nature CNN: 1.7M float32 parameters
+    assert (
+        float(table[-1]["sync/bytes"]) > 4 * 1_600_000
+    )  # the actor's Nature CNN: 1.7M float32 parameters
     assert sum(column(table, "train/episodes")) >= 1 and float(table[-1]["eval/final_return"]) >= 0
     # The run's policy replays a game on video: the emulator's colour screen, a frame per agent step.
-    shown = run_harness(["run", "episodes=1", "video=true"], tmp_path, module="harness.cli.evaluate")
+    shown = run_harness(
+        ["run", "episodes=1", "video=true"], tmp_path, module="harness.cli.evaluate"
+    )
     assert shown.returncode == 0, shown.stderr[-3000:]
     (path,) = (tmp_path / "run" / "videos").glob("evaluate-*.mp4")
     frames = video.read_frames(path)
-    assert frames.shape[1:] == (210, 160, 3) and 1 < len(frames) <= 300  # env.max_episode_steps bounds the game
+    assert (
+        frames.shape[1:] == (210, 160, 3) and 1 < len(frames) <= 300
+    )  # env.max_episode_steps bounds the game
 
 
 @pytest.mark.e2e
@@ -156,4 +180,7 @@ def test_a_tiny_dqn_atari_run_learns_from_its_frame_replay(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(tmp_path / "run")
     assert int(table[-1]["frames"]) >= 1024
-    assert float(table[-1]["train/replay_size"]) >= 1024 and float(table[-1]["train/gradient_steps"]) > 0
+    assert (
+        float(table[-1]["train/replay_size"]) >= 1024
+        and float(table[-1]["train/gradient_steps"]) > 0
+    )

@@ -64,12 +64,20 @@ def test_async_lag_stays_within_the_bound_with_a_slow_trainer(tmp_path):
     table = rows(tmp_path)
     lags = column(table, "collect/policy_lag_max")
     assert lags and max(lags) <= 1, lags
-    assert sum(column(table, "collect/batches_dropped")) > 0  # the bound did bite: 2 collectors, lag 2 otherwise
+    assert (
+        sum(column(table, "collect/batches_dropped")) > 0
+    )  # the bound did bite: 2 collectors, lag 2 otherwise
 
 
 @pytest.mark.multiprocess
 def test_slow_trainer_makes_collectors_wait_instead_of_piling_up_batches(tmp_path):
-    overrides = ["debug=tiny", "algo=dqn", "collector.mode=async", "collector.max_policy_lag=100", "collector.total_frames=640"]
+    overrides = [
+        "debug=tiny",
+        "algo=dqn",
+        "collector.mode=async",
+        "collector.max_policy_lag=100",
+        "collector.total_frames=640",
+    ]
     results = run_ranks(job, 3, overrides, 0.2, str(tmp_path), timeout=120)
     assert all(s == "ok" for s, _ in results.values()), results
     updates = results[0][1]
@@ -83,7 +91,13 @@ def test_slow_trainer_makes_collectors_wait_instead_of_piling_up_batches(tmp_pat
 def dying_collector(rank, world, marker):
     # shm: the trainer never waits on a collector for weights, so the data
     # channel is what must notice the silent one.
-    cfg = compose_config("debug=tiny", "sync=shm", "collector.mode=async", "dist_timeout_s=4", "collector.total_frames=100000")
+    cfg = compose_config(
+        "debug=tiny",
+        "sync=shm",
+        "collector.mode=async",
+        "dist_timeout_s=4",
+        "collector.total_frames=100000",
+    )
     layout = Layout.from_env(1)
     groups = init_distributed(layout, 20)
     if rank == 2:
@@ -94,7 +108,9 @@ def dying_collector(rank, world, marker):
         subscriber = make_subscriber(cfg.sync, rank, groups)
         collector = build_collector(cfg, rank, subscriber)
         BatchSender(groups.data, rank, 0, collector.batch, 4)
-        wait_for(Path(marker).exists, 60, "the trainer to give up on this stalled collector")  # connected, then silent
+        wait_for(
+            Path(marker).exists, 60, "the trainer to give up on this stalled collector"
+        )  # connected, then silent
         return "stalled"
     if rank == 1:
         from harness.roles.collector import run_collector
@@ -128,23 +144,33 @@ def test_two_trainers_train_data_parallel(workdir):
     out = run_harness(["debug=tiny", "topology.trainers=2", "run_dir=run"], workdir, nproc=4)
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(workdir / "run")
-    assert int(table[-1]["frames"]) == 1024 and int(table[-1]["train/updates"]) == 8  # 2 collectors x 64 a round
+    assert (
+        int(table[-1]["frames"]) == 1024 and int(table[-1]["train/updates"]) == 8
+    )  # 2 collectors x 64 a round
 
 
 @pytest.mark.e2e
 def test_uneven_collectors_per_trainer_is_a_layout_error(workdir):
-    out = run_harness(["debug=tiny", "topology.trainers=2"], workdir, nproc=3)  # 1 collector for 2 trainers
+    out = run_harness(
+        ["debug=tiny", "topology.trainers=2"], workdir, nproc=3
+    )  # 1 collector for 2 trainers
     assert out.returncode != 0 and "cannot feed 2 trainers equally" in out.stderr + out.stdout
 
 
 @pytest.mark.e2e
 def test_evaluation_runs_on_a_collector_and_the_final_one_on_the_trainer(workdir):
-    out = run_harness(["debug=tiny", "eval.every_frames=512", "eval.episodes=3", "run_dir=run"], workdir, nproc=3)
+    out = run_harness(
+        ["debug=tiny", "eval.every_frames=512", "eval.episodes=3", "run_dir=run"], workdir, nproc=3
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(workdir / "run")
     evals = column(table, "eval/return")
-    assert len(evals) >= 1 and all(8 <= e <= 500 for e in evals), evals  # CartPole returns lie in [8, 500]
-    assert 8 <= float(table[-1]["eval/final_return"]) <= 500  # the final weights, evaluated by trainer 0
+    assert len(evals) >= 1 and all(8 <= e <= 500 for e in evals), (
+        evals
+    )  # CartPole returns lie in [8, 500]
+    assert (
+        8 <= float(table[-1]["eval/final_return"]) <= 500
+    )  # the final weights, evaluated by trainer 0
 
 
 @pytest.mark.unit
@@ -192,7 +218,9 @@ def test_batch_statistics_count_every_episode_as_a_per_step_tally_would():
     for version in range(12):
         batch = collector.collect(Header(version))
         episodes = return_sum = length_sum = 0.0
-        for reward, done in zip(batch["rollout", "reward"].numpy(), batch["rollout", "done"].numpy()):
+        for reward, done in zip(
+            batch["rollout", "reward"].numpy(), batch["rollout", "done"].numpy()
+        ):
             running, length = running + reward, length + 1
             episodes, return_sum, length_sum = (
                 episodes + done.sum(),
@@ -202,7 +230,11 @@ def test_batch_statistics_count_every_episode_as_a_per_step_tally_would():
             running[done], length[done] = 0, 0
         assert episodes > 0
         stats = batch["stats"]
-        assert (float(stats["episodes"]), float(stats["return_sum"]), float(stats["length_sum"])) == (
+        assert (
+            float(stats["episodes"]),
+            float(stats["return_sum"]),
+            float(stats["length_sum"]),
+        ) == (
             episodes,
             return_sum,
             length_sum,
@@ -211,7 +243,14 @@ def test_batch_statistics_count_every_episode_as_a_per_step_tally_would():
     envs.close()
 
 
-WALL_CLOCK = ("time_s", "collect/frames_per_s", "train/updates_per_s", "collect/idle_fraction", "train/idle_fraction", "sync/ms")
+WALL_CLOCK = (
+    "time_s",
+    "collect/frames_per_s",
+    "train/updates_per_s",
+    "collect/idle_fraction",
+    "train/idle_fraction",
+    "sync/ms",
+)
 
 
 def timeless_rows(run_dir: Path) -> list[dict]:
@@ -231,7 +270,13 @@ def seeded_runs(request, tmp_path_factory) -> tuple[Path, str]:
         "pipelined-gae": ["collector.pipeline=true", "algo.vtrace=false"],
     }
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
-        args = ["debug=tiny", f"seed={seed}", "logger.log_every_frames=128", *options[mode], f"run_dir={name}"]
+        args = [
+            "debug=tiny",
+            f"seed={seed}",
+            "logger.log_every_frames=128",
+            *options[mode],
+            f"run_dir={name}",
+        ]
         out = run_harness(args, where, nproc=3)
         assert out.returncode == 0, out.stderr[-3000:]
     return where, mode
@@ -244,7 +289,9 @@ def test_same_seed_and_layout_reproduce_the_same_rows(seeded_runs):
     assert timeless_rows(where / "a") == timeless_rows(where / "b")
     assert len(timeless_rows(where / "a")) == 8
     assert ("train/vtrace_rho_clipped" in rows(where / "a")[-1]) == (mode == "pipelined")
-    assert [r["train/policy_loss"] for r in rows(where / "c")] != [r["train/policy_loss"] for r in rows(where / "a")]
+    assert [r["train/policy_loss"] for r in rows(where / "c")] != [
+        r["train/policy_loss"] for r in rows(where / "a")
+    ]
 
 
 @pytest.mark.e2e
@@ -252,7 +299,9 @@ def test_rounds_act_with_the_newest_weights_or_one_behind_when_pipelined(seeded_
     where, mode = seeded_runs
     table = rows(where / "a")
     assert column(table, "collect/policy_lag_min") == column(table, "collect/policy_lag_max")
-    assert set(column(table, "collect/policy_lag_max")[1:]) == {0.0 if mode == "sync" else 1.0}  # round 0 has lag 0
+    assert set(column(table, "collect/policy_lag_max")[1:]) == {
+        0.0 if mode == "sync" else 1.0
+    }  # round 0 has lag 0
 
 
 @pytest.mark.e2e
@@ -287,12 +336,19 @@ def test_an_evaluation_run_between_batches_rides_on_the_next_batch_once(tmp_path
 
     cfg = compose_config("debug=tiny", f"run_dir={tmp_path / 'run'}")
     collector, *_ = make_collector(cfg, 1)
-    periodic = PeriodicEvaluation(Evaluation(cfg.env.id, cfg.env.max_episode_steps, 2, collector.policy, seed=5), every=128)
-    assert periodic.run_if_due(Header(version=1, frames=64)) == 0.0 and periodic.result is None  # not due yet
+    periodic = PeriodicEvaluation(
+        Evaluation(cfg.env.id, cfg.env.max_episode_steps, 2, collector.policy, seed=5), every=128
+    )
+    assert (
+        periodic.run_if_due(Header(version=1, frames=64)) == 0.0 and periodic.result is None
+    )  # not due yet
     assert periodic.run_if_due(Header(version=2, frames=128)) > 0.0
     first = collector.collect(Header(version=2, frames=128))
     periodic.stamp(first)
-    assert float(first["stats", "eval_episodes"]) == 2 and float(first["stats", "eval_return_sum"]) >= 2 * 8
+    assert (
+        float(first["stats", "eval_episodes"]) == 2
+        and float(first["stats", "eval_return_sum"]) >= 2 * 8
+    )
     second = collector.collect(Header(version=2, frames=128))
     periodic.stamp(second)  # already sent: not counted twice
     assert float(second["stats", "eval_episodes"]) == 0

@@ -47,7 +47,10 @@ def test_a_run_goes_on_when_an_env_raises_and_counts_the_restart(workdir):
     table = rows(workdir / "run")
     assert int(table[-1]["frames"]) == 1024
     assert sum(column(table, "collect/env_restarts")) == 2  # one in each collector's process
-    assert f"env {FLAKY} (seed" in out.stdout + out.stderr and "simulated crash at step 10" in out.stdout + out.stderr
+    assert (
+        f"env {FLAKY} (seed" in out.stdout + out.stderr
+        and "simulated crash at step 10" in out.stdout + out.stderr
+    )
 
 
 @pytest.mark.e2e
@@ -58,7 +61,10 @@ def test_an_env_that_keeps_raising_ends_the_run_naming_it_and_its_seed(workdir):
         env={**ON_PATH, "FLAKY_STEP": "5", "FLAKY_FAILURES": "1000"},
     )
     assert out.returncode != 0
-    assert f"env {FLAKY} (seed" in out.stderr and "raised 3 times, more than collector.max_env_restarts=2" in out.stderr
+    assert (
+        f"env {FLAKY} (seed" in out.stderr
+        and "raised 3 times, more than collector.max_env_restarts=2" in out.stderr
+    )
 
 
 @pytest.mark.e2e
@@ -92,8 +98,14 @@ def test_an_env_that_keeps_returning_nan_ends_the_run_naming_it_its_index_seed_a
         env={**ON_PATH, "FLAKY_MODE": "nan", "FLAKY_STEP": "5", "FLAKY_FAILURES": "1000"},
     )
     assert out.returncode != 0
-    assert f"env {FLAKY} (seed " in out.stderr and ", step 5 of its episode) broke 3 times" in out.stderr
-    assert "more than collector.max_env_restarts=2; the last time it returned an observation that is not finite" in out.stderr
+    assert (
+        f"env {FLAKY} (seed " in out.stderr
+        and ", step 5 of its episode) broke 3 times" in out.stderr
+    )
+    assert (
+        "more than collector.max_env_restarts=2; the last time it returned an observation that is not finite"
+        in out.stderr
+    )
     assert "probability tensor" not in out.stderr
 
 
@@ -119,10 +131,14 @@ def test_an_env_step_that_never_returns_ends_its_collector_naming_the_env(workdi
 def test_observations_are_checked_for_shape_dtype_and_finiteness():
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     assert observation_problem(np.zeros(2, np.float32), space) is None
-    assert observation_problem(np.zeros(2, np.float64), space) is None  # gymnasium casts a float64 down
+    assert (
+        observation_problem(np.zeros(2, np.float64), space) is None
+    )  # gymnasium casts a float64 down
     assert (
         observation_problem(np.zeros(3, np.float32), space)
         == "an observation of shape (3,), where its observation space has (2,)"
     )
     assert "dtype complex64" in str(observation_problem(np.zeros(2, np.complex64), space))
-    assert "not finite: [inf  0.]" in str(observation_problem(np.array([np.inf, 0.0], np.float32), space))
+    assert "not finite: [inf  0.]" in str(
+        observation_problem(np.array([np.inf, 0.0], np.float32), space)
+    )

@@ -36,7 +36,10 @@ def processes_tagged(tag: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and f"HARNESS_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes():
+            if (
+                entry.name.isdigit()
+                and f"HARNESS_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes()
+            ):
                 found.append(int(entry.name))
         except OSError:
             continue
@@ -45,7 +48,10 @@ def processes_tagged(tag: str) -> list[int]:
 
 @pytest.mark.unit
 def test_a_workers_end_is_said_from_its_exit():
-    assert describe_exit(-signal.SIGKILL, None) == "was killed by SIGKILL (kill -9, or the kernel's OOM killer)"
+    assert (
+        describe_exit(-signal.SIGKILL, None)
+        == "was killed by SIGKILL (kill -9, or the kernel's OOM killer)"
+    )
     assert describe_exit(-signal.SIGSEGV, None) == "was killed by SIGSEGV (a crash in native code)"
     assert "collector.env_step_timeout_s" in describe_exit(70, None)
     assert describe_exit(1, "raised RuntimeError: boom") == "raised RuntimeError: boom"
@@ -54,8 +60,12 @@ def test_a_workers_end_is_said_from_its_exit():
 
 @pytest.mark.unit
 def test_replaceable_collectors_are_refused_with_nccl_saying_why(monkeypatch):
-    monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # past sync=nccl's own check on this CPU machine
-    with pytest.raises(ValueError, match=r"collector\.max_restarts=2 with sync=nccl: a replaceable collector"):
+    monkeypatch.setattr(
+        "torch.cuda.is_available", lambda: True
+    )  # past sync=nccl's own check on this CPU machine
+    with pytest.raises(
+        ValueError, match=r"collector\.max_restarts=2 with sync=nccl: a replaceable collector"
+    ):
         compose_config("collector.max_restarts=2", "sync=nccl")
 
 
@@ -64,22 +74,44 @@ def test_replaceable_collectors_are_refused_with_nccl_saying_why(monkeypatch):
     "mode, layout, cause",
     [
         ("kill", ["sync=gloo"], "was killed by SIGKILL"),
-        ("segfault", ["sync=shm", "collector.mode=async"], "was killed by SIGSEGV (a crash in native code)"),
+        (
+            "segfault",
+            ["sync=shm", "collector.mode=async"],
+            "was killed by SIGSEGV (a crash in native code)",
+        ),
         ("abort", ["sync=hierarchical"], "was killed by SIGABRT"),
-        ("hold", ["sync=gloo", "collector.watchdog_s=2"], "took no env step for 2 s (collector.watchdog_s); its rank killed it"),
+        (
+            "hold",
+            ["sync=gloo", "collector.watchdog_s=2"],
+            "took no env step for 2 s (collector.watchdog_s); its rank killed it",
+        ),
     ],
 )
 def test_a_worker_that_dies_or_hangs_is_replaced_and_the_run_finishes(workdir, mode, layout, cause):
     left_before = orphaned_segments()
-    env = {**ON_PATH, **PAST_THE_FIRST_BATCH, "FLAKY_MODE": mode, "FLAKY_ONCE": str(workdir / "failed-once")}
-    args = ["debug=tiny", f"env.id={FLAKY}", "collector.max_restarts=2", "logger.console=false", "run_dir=run", *layout]
+    env = {
+        **ON_PATH,
+        **PAST_THE_FIRST_BATCH,
+        "FLAKY_MODE": mode,
+        "FLAKY_ONCE": str(workdir / "failed-once"),
+    }
+    args = [
+        "debug=tiny",
+        f"env.id={FLAKY}",
+        "collector.max_restarts=2",
+        "logger.console=false",
+        "run_dir=run",
+        *layout,
+    ]
     out = run_harness(args, workdir, nproc=3, env=env)
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-3000:]
     assert (workdir / "failed-once").exists()  # the failure happened, once
     assert cause in said and "replaced by pid" in said
     table = rows(workdir / "run")
-    assert int(table[-1]["frames"]) == 1024  # every frame learned from came in a delivered batch, once
+    assert (
+        int(table[-1]["frames"]) == 1024
+    )  # every frame learned from came in a delivered batch, once
     assert sum(column(table, "collect/collector_restarts")) == 1
     assert sum(column(table, "collect/frames_lost")) >= 0
     if "collector.mode=async" not in layout:  # the replacement acted with the version of its round
@@ -96,7 +128,10 @@ def test_past_max_restarts_the_error_names_the_collector_its_env_and_every_cause
     said = out.stdout + out.stderr
     assert out.returncode != 0
     assert f"(env {FLAKY}): its worker failed 2 times, more than collector.max_restarts=1" in said
-    assert "The causes, in order: 1. was killed by SIGSEGV (a crash in native code); 2. was killed by SIGSEGV" in said
+    assert (
+        "The causes, in order: 1. was killed by SIGSEGV (a crash in native code); 2. was killed by SIGSEGV"
+        in said
+    )
     wait_for(lambda: not processes_tagged(tag), 10, "every rank and worker of the launch to exit")
 
 
@@ -108,7 +143,13 @@ def test_a_worker_never_outlives_its_rank(workdir):
     from helpers import launcher, rank_pid
 
     tag, left_before = uuid.uuid4().hex, orphaned_segments()
-    args = ["debug=tiny", "collector.total_frames=10000000", "collector.max_restarts=2", "logger.console=false", "run_dir=run"]
+    args = [
+        "debug=tiny",
+        "collector.total_frames=10000000",
+        "collector.max_restarts=2",
+        "logger.console=false",
+        "run_dir=run",
+    ]
     job = subprocess.Popen(
         [*launcher(3), "-m", "harness.train", *args],
         cwd=workdir,
@@ -117,14 +158,34 @@ def test_a_worker_never_outlives_its_rank(workdir):
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: len(rows(workdir / "run")) >= 2 if (workdir / "run" / "metrics.csv").exists() else False, 120, "rows")
+        wait_for(
+            lambda: (
+                len(rows(workdir / "run")) >= 2
+                if (workdir / "run" / "metrics.csv").exists()
+                else False
+            ),
+            120,
+            "rows",
+        )
         rank = rank_pid(job, 1)
-        workers = [p for p in processes_tagged(tag) if Path(f"/proc/{p}/comm").read_text().strip() == "collector1"]
+        workers = [
+            p
+            for p in processes_tagged(tag)
+            if Path(f"/proc/{p}/comm").read_text().strip() == "collector1"
+        ]
         assert workers, "collector rank 1 has a worker process"
         os.kill(rank, signal.SIGKILL)
         job.wait(timeout=120)
-        wait_for(lambda: not processes_tagged(tag), 30, "the killed rank's worker, and every other process, to exit")
+        wait_for(
+            lambda: not processes_tagged(tag),
+            30,
+            "the killed rank's worker, and every other process, to exit",
+        )
     finally:
         if job.poll() is None:
             job.kill()
-    wait_for(lambda: orphaned_segments() <= left_before, 30, "the killed rank's shared-memory segment to be removed")
+    wait_for(
+        lambda: orphaned_segments() <= left_before,
+        30,
+        "the killed rank's shared-memory segment to be removed",
+    )

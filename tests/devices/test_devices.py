@@ -22,7 +22,14 @@ from harness.core.packing import flat_region, pack, pack_parameters_
 from harness.core.specs import EnvSpec
 from harness.runs.state import Progress, TrainerState
 from harness.sync.nccl import watchdog_s
-from harness.sync.payload import DEVICE_TO_HOST, PLAIN_COPY, Header, Payload, staging_path, weights_of
+from harness.sync.payload import (
+    DEVICE_TO_HOST,
+    PLAIN_COPY,
+    Header,
+    Payload,
+    staging_path,
+    weights_of,
+)
 
 pytestmark = pytest.mark.unit
 PENDULUM = env_spec("Pendulum-v1")
@@ -32,7 +39,9 @@ CUDA, CPU, META = torch.device("cuda:0"), torch.device("cpu"), torch.device("met
 def test_staging_path_is_a_device_to_host_copy_only_from_a_gpu_into_cpu_memory():
     assert staging_path(CUDA, CPU) == DEVICE_TO_HOST  # GPU trainer, CPU collectors: pinned + event
     assert staging_path(CPU, CPU) == PLAIN_COPY  # the CPU path: one copy, as before
-    assert staging_path(CUDA, torch.device("cuda:0")) == PLAIN_COPY  # sync=nccl: on the GPU, stream-ordered
+    assert (
+        staging_path(CUDA, torch.device("cuda:0")) == PLAIN_COPY
+    )  # sync=nccl: on the GPU, stream-ordered
 
 
 def test_cpu_publish_is_one_flat_copy_with_no_event_and_lands_whole():
@@ -42,7 +51,10 @@ def test_cpu_publish_is_one_flat_copy_with_no_event_and_lands_whole():
     weights = weights_of({"policy": trainer})
     payload.write(weights, Header(3))
     assert payload.write_path == PLAIN_COPY  # one flat copy, no staging, no event
-    assert all(torch.equal(a, b) for a, b in zip(trainer.parameters(), payload.td["weights", "policy"].values(True, True)))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(trainer.parameters(), payload.td["weights", "policy"].values(True, True))
+    )
 
 
 def test_a_normalising_algorithms_policy_and_statistics_publish_as_one_flat_copy():
@@ -65,11 +77,22 @@ def test_flat_region_refuses_a_target_whose_leaves_are_not_one_buffer():
     source = pack_parameters_(nn.Linear(3, 2))
     loose = TensorDict.from_module(nn.Linear(3, 2)).detach()  # two separate tensors
     assert flat_region(TensorDict.from_module(source), loose) is None
-    assert flat_region(TensorDict.from_module(source), TensorDict.from_module(pack_parameters_(nn.Linear(3, 2)))) is not None
+    assert (
+        flat_region(
+            TensorDict.from_module(source),
+            TensorDict.from_module(pack_parameters_(nn.Linear(3, 2))),
+        )
+        is not None
+    )
 
 
 def replay(n: int = 50) -> ReplayBuffer:
-    buffer = ReplayBuffer(64, TensorDict(obs=torch.zeros(3), action=torch.zeros(1), terminated=torch.zeros((), dtype=torch.bool)))
+    buffer = ReplayBuffer(
+        64,
+        TensorDict(
+            obs=torch.zeros(3), action=torch.zeros(1), terminated=torch.zeros((), dtype=torch.bool)
+        ),
+    )
     data = TensorDict(
         obs=torch.arange(3 * n, dtype=torch.float32).view(n, 3),
         action=torch.arange(n, dtype=torch.float32)[:, None],
@@ -104,13 +127,26 @@ def test_a_device_trainer_gathers_into_two_staging_buffers_in_turn_then_moves_th
     feed.sample(buffer.storage, index)
     assert feed.staging is staging  # the third in the first again: reused, not reallocated
     for key in ("obs", "action", "terminated"):
-        assert torch.equal(staging[key], buffer.storage[key][index]), key  # gathered straight into it
-    assert torch.equal(other["obs"], buffer.storage["obs"][torch.tensor([0, 0, 0, 0])])  # the other left as it was
-    for _ in range(4):  # PPO's rounds: the first two make buffers of their layout, the next reuse them
-        rounds = TensorDict(rollout=TensorDict(obs=torch.randn(4, 2, 3), batch_size=[4, 2]), next_obs=torch.randn(2, 3))
+        assert torch.equal(staging[key], buffer.storage[key][index]), (
+            key
+        )  # gathered straight into it
+    assert torch.equal(
+        other["obs"], buffer.storage["obs"][torch.tensor([0, 0, 0, 0])]
+    )  # the other left as it was
+    for _ in range(
+        4
+    ):  # PPO's rounds: the first two make buffers of their layout, the next reuse them
+        rounds = TensorDict(
+            rollout=TensorDict(obs=torch.randn(4, 2, 3), batch_size=[4, 2]),
+            next_obs=torch.randn(2, 3),
+        )
         moved = feed.move(rounds)
-        assert moved.device == META and torch.equal(feed.staging["rollout", "obs"], rounds["rollout", "obs"])
-    assert feed.staging is not staging and feed.staging is not other and feed.staging.is_consolidated()
+        assert moved.device == META and torch.equal(
+            feed.staging["rollout", "obs"], rounds["rollout", "obs"]
+        )
+    assert (
+        feed.staging is not staging and feed.staging is not other and feed.staging.is_consolidated()
+    )
 
 
 def test_replay_made_on_a_device_and_rebuilt_from_a_checkpoint_on_another():
@@ -126,7 +162,11 @@ def saved_as_if_on_a_gpu():
     is all a file knows of devices: tag CPU storages ``cuda:0`` while saving,
     and the file is the one a GPU trainer writes."""
     registry = torch.serialization._package_registry
-    entry = (1, lambda storage: "cuda:0" if storage.device.type == "cpu" else None, lambda storage, location: None)
+    entry = (
+        1,
+        lambda storage: "cuda:0" if storage.device.type == "cpu" else None,
+        lambda storage, location: None,
+    )
     registry.insert(0, entry)
     try:
         yield
@@ -143,9 +183,13 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
     trained.update(pendulum_frames(n), 0)  # steps taken: Adam has state
     state = TrainerState(trained, Progress(frames=n), 0, None, keep_replay=True).state_dict()
     with saved_as_if_on_a_gpu():
-        path = checkpoint.save(tmp_path, state, {"step": n, "algo": "sac", "env": "Pendulum-v1"}, keep=1)
+        path = checkpoint.save(
+            tmp_path, state, {"step": n, "algo": "sac", "env": "Pendulum-v1"}, keep=1
+        )
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="CUDA"):  # the file asks for a GPU: loading it as saved needs one
+        with pytest.raises(
+            RuntimeError, match="CUDA"
+        ):  # the file asks for a GPU: loading it as saved needs one
             torch.load(path / "state.pt", weights_only=True)
     loaded, _ = checkpoint.read(path)
     resumed = algo_cls(cfg, PENDULUM, 1000)
@@ -154,7 +198,11 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu(tmp_path):
         assert b.device == CPU and torch.equal(a, b)
     for mine, theirs in zip(resumed.q_optimizer.state.values(), trained.q_optimizer.state.values()):
         assert all(v.device == CPU and torch.equal(v, theirs[k]) for k, v in mine.items())
-    assert resumed.buffer is not None and resumed.buffer.size == n and resumed.buffer.storage.device == CPU
+    assert (
+        resumed.buffer is not None
+        and resumed.buffer.size == n
+        and resumed.buffer.storage.device == CPU
+    )
     resumed.update(pendulum_frames(n), n)  # and it trains on
 
 
@@ -217,7 +265,10 @@ def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
 def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_on():
     """A GPU collector of a normalising algorithm: the statistics it normalises with are on its GPU too."""
     cls = ALGOS["ppo"]
-    models = {name: m.to(META) for name, m in cls.make_models(cls.Config(normalize_obs=True), PENDULUM).items()}
+    models = {
+        name: m.to(META)
+        for name, m in cls.make_models(cls.Config(normalize_obs=True), PENDULUM).items()
+    }
     policy = cls.acting_policy(models)
     assert policy(torch.zeros(4, PENDULUM.obs_dim, device=META))["action"].device == META
 
@@ -253,7 +304,11 @@ def frames_for(spec, n: int = 64) -> list[TensorDict]:
 
 def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
     """One collector's sync round for PPO: ``[steps, envs]`` frames and the observation after them."""
-    action = torch.randint(0, spec.num_actions, (steps, envs)) if spec.discrete else torch.randn(steps, envs, spec.num_actions)
+    action = (
+        torch.randint(0, spec.num_actions, (steps, envs))
+        if spec.discrete
+        else torch.randn(steps, envs, spec.num_actions)
+    )
     rollout = TensorDict(
         obs=observations(spec, steps, envs),
         action=action,
@@ -282,9 +337,15 @@ ON_A_DEVICE = {
     "iql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql": (PENDULUM, {"normalize_obs": True, "reward_scale": 0.5, "batch_size": 8}),
     "cql-discrete": (CARTPOLE, {"reward_scale": 0.5, "batch_size": 8}),
-    "cql-discrete-atari": (ATARI, {"batch_size": 8}),  # an image dataset's uint8 stacks through the Nature CNN
+    "cql-discrete-atari": (
+        ATARI,
+        {"batch_size": 8},
+    ),  # an image dataset's uint8 stacks through the Nature CNN
     "dqn-atari": (ATARI, {"batch_size": 8, "learning_starts": 0}),
-    "dqn-atari-frames": (ATARI, {"batch_size": 8, "learning_starts": 0, "replay_frames": True}),  # frame replay
+    "dqn-atari-frames": (
+        ATARI,
+        {"batch_size": 8, "learning_starts": 0, "replay_frames": True},
+    ),  # frame replay
 }
 
 
@@ -302,11 +363,15 @@ def update_once(algo, spec) -> dict:
 
 
 @pytest.mark.parametrize("case", list(ON_A_DEVICE))
-@pytest.mark.filterwarnings("ignore:.*copying from a non-meta parameter")  # a resume onto meta copies no bytes, as it says
+@pytest.mark.filterwarnings(
+    "ignore:.*copying from a non-meta parameter"
+)  # a resume onto meta copies no bytes, as it says
 def test_every_algorithm_builds_updates_and_resumes_with_all_its_state_on_its_device(case):
     algo, spec = built_on(META, case)
     assert check_devices(algo).endswith("on meta")  # construction and packing: nothing on the CPU
-    metrics = update_once(algo, spec)  # HostToDevice's batch, normalised and scaled in place, one update
+    metrics = update_once(
+        algo, spec
+    )  # HostToDevice's batch, normalised and scaled in place, one update
     assert all(v.device == META for v in metrics.values() if isinstance(v, torch.Tensor)), metrics
     assert misplaced(algo) == []  # optimiser states made by the update, the replay where it belongs
     trained_here, _ = built_on(CPU, case)  # a checkpoint written elsewhere, resumed on the device
@@ -318,8 +383,13 @@ def test_every_algorithm_builds_updates_and_resumes_with_all_its_state_on_its_de
 def test_the_device_check_names_every_tensor_left_behind():
     algo, spec = built_on(META, "sac")
     update_once(algo, spec)
-    algo.log_alpha.to_empty(device=CPU)  # a module moved back, as a forgotten .to(device) would leave it
-    with pytest.raises(RuntimeError, match=r"should live on meta, but 1 tensors do not: log_alpha\.log_value \(cpu\)"):
+    algo.log_alpha.to_empty(
+        device=CPU
+    )  # a module moved back, as a forgotten .to(device) would leave it
+    with pytest.raises(
+        RuntimeError,
+        match=r"should live on meta, but 1 tensors do not: log_alpha\.log_value \(cpu\)",
+    ):
         check_devices(algo)
 
 

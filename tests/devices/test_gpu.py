@@ -34,7 +34,10 @@ from harness.testing.spawn import run_ranks
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(GPUS == 0, reason="needs CUDA: this machine has no GPU (scripts/gpu_check.sh runs this tier on one)"),
+    pytest.mark.skipif(
+        GPUS == 0,
+        reason="needs CUDA: this machine has no GPU (scripts/gpu_check.sh runs this tier on one)",
+    ),
 ]
 PENDULUM = env_spec("Pendulum-v1")
 
@@ -45,7 +48,9 @@ def model(device: str = "cpu") -> nn.Module:
 
 
 def digest(m: nn.Module) -> str:
-    return hashlib.sha1(b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters())).hexdigest()
+    return hashlib.sha1(
+        b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters())
+    ).hexdigest()
 
 
 def test_publish_from_a_gpu_is_one_device_to_host_copy_into_pinned_memory_complete_on_return():
@@ -53,12 +58,18 @@ def test_publish_from_a_gpu_is_one_device_to_host_copy_into_pinned_memory_comple
     payload = Payload.from_models({"policy": trainer}, pin=True)
     payload.write(weights_of({"policy": trainer}), Header(1))
     assert payload.write_path == DEVICE_TO_HOST and payload.buffer.is_pinned()
-    sent, published = payload.buffer.clone(), [p.detach().to("cpu", copy=True) for p in trainer.parameters()]
+    sent, published = (
+        payload.buffer.clone(),
+        [p.detach().to("cpu", copy=True) for p in trainer.parameters()],
+    )
     with torch.no_grad():
         for p in trainer.parameters():
             p.add_(1.0)  # the trainer goes on: the bytes already written must not move
     assert torch.equal(payload.buffer, sent)
-    assert all(torch.equal(a, b) for a, b in zip(published, payload.td["weights", "policy"].values(True, True)))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(published, payload.td["weights", "policy"].values(True, True))
+    )
 
 
 def test_a_normalising_gpu_trainer_publishes_policy_and_statistics_with_one_device_to_host_copy():
@@ -78,14 +89,20 @@ def test_a_gpu_trainers_shm_segment_is_page_locked_for_cuda():
     sink = ShmSink(0, readers=1)
     sink.open(lambda: Payload.from_models({"policy": pack_parameters_(model("cuda"))}, pin=True))
     try:
-        assert sink.segment is not None and sink.segment.registered and sink.segment.slots[0].is_pinned()
+        assert (
+            sink.segment is not None
+            and sink.segment.registered
+            and sink.segment.slots[0].is_pinned()
+        )
     finally:
         sink.close()
 
 
 def publish_from_gpu(rank, world, schemes, versions):
     """Trainer 0's model on its GPU publishes back to back, never waiting; CPU collectors check every update."""
-    groups = init_distributed(Layout.from_env(1), 60, SCHEMES["hierarchical"])  # the one of these with a group of its own
+    groups = init_distributed(
+        Layout.from_env(1), 60, SCHEMES["hierarchical"]
+    )  # the one of these with a group of its own
     if rank == 0:
         torch.cuda.set_device(0)
     seen = {}
@@ -109,7 +126,9 @@ def publish_from_gpu(rank, world, schemes, versions):
         applied, torn, header = 0, 0, end.wait(0)
         while True:
             applied += 1
-            torn += not all(bool((p == header.version + i / 10).all()) for i, p in enumerate(m.parameters()))
+            torn += not all(
+                bool((p == header.version + i / 10).all()) for i, p in enumerate(m.parameters())
+            )
             if header.stop:
                 break
             header = end.wait(header.version + 1)
@@ -127,7 +146,11 @@ def test_gpu_trainer_to_cpu_collectors_every_update_whole_for_gloo_shm_and_hiera
         seen = results[rank][1]
         for scheme in schemes:
             applied, torn, last = seen[scheme]
-            assert torn == 0 and applied >= 1 and last == versions - 1, (rank, scheme, seen)  # every update whole, to the last
+            assert torn == 0 and applied >= 1 and last == versions - 1, (
+                rank,
+                scheme,
+                seen,
+            )  # every update whole, to the last
 
 
 def nccl_weights(rank, world):
@@ -149,7 +172,10 @@ def nccl_weights(rank, world):
             end.publish(Header(version, stop=version == 4))
         else:
             end.wait(version)
-            ok &= all(bool((p == version + 0.25).all()) and p.device == torch.device("cuda", rank) for p in m.parameters())
+            ok &= all(
+                bool((p == version + 0.25).all()) and p.device == torch.device("cuda", rank)
+                for p in m.parameters()
+            )
     end.close()
     return ok
 
@@ -162,8 +188,12 @@ def test_nccl_weights_reach_each_collectors_own_gpu_bit_exact():
 
 
 def test_replay_samples_reach_the_gpu_through_reused_pinned_buffers():
-    buffer = ReplayBuffer(100, TensorDict(obs=torch.zeros(3), terminated=torch.zeros((), dtype=torch.bool)))
-    buffer.extend(TensorDict(obs=torch.randn(100, 3), terminated=torch.rand(100) < 0.5, batch_size=[100]))
+    buffer = ReplayBuffer(
+        100, TensorDict(obs=torch.zeros(3), terminated=torch.zeros((), dtype=torch.bool))
+    )
+    buffer.extend(
+        TensorDict(obs=torch.randn(100, 3), terminated=torch.rand(100) < 0.5, batch_size=[100])
+    )
     feed = HostToDevice("cuda")
     feed.sample(buffer.storage, buffer.sample_index(16))
     staging = feed.staging
@@ -171,18 +201,35 @@ def test_replay_samples_reach_the_gpu_through_reused_pinned_buffers():
     index = buffer.sample_index(16)
     batch = feed.sample(buffer.storage, index)
     assert feed.staging is staging and staging is not None and staging["obs"].is_pinned()
-    assert batch.device.type == "cuda" and torch.equal(batch["obs"].cpu(), buffer.storage["obs"][index])
+    assert batch.device.type == "cuda" and torch.equal(
+        batch["obs"].cpu(), buffer.storage["obs"][index]
+    )
 
 
-@pytest.mark.parametrize("amp, replay, normalize", [("off", "cpu", False), ("bf16", "trainer", True)])
+@pytest.mark.parametrize(
+    "amp, replay, normalize", [("off", "cpu", False), ("bf16", "trainer", True)]
+)
 def test_sac_learns_on_the_gpu_with_replay_in_ram_or_on_the_gpu_and_amp(amp, replay, normalize):
     cls = ALGOS["sac"]
-    cfg = cls.Config(batch_size=32, learning_starts=0, buffer_size=256, amp=amp, replay_device=replay, normalize_obs=normalize)
+    cfg = cls.Config(
+        batch_size=32,
+        learning_starts=0,
+        buffer_size=256,
+        amp=amp,
+        replay_device=replay,
+        normalize_obs=normalize,
+    )
     algo = cls(cfg, PENDULUM, 1000, device="cuda")
     metrics = algo.update(pendulum_frames(), 0)
-    assert algo.buffer is not None and algo.buffer.storage.device.type == ("cuda" if replay == "trainer" else "cpu")
+    assert algo.buffer is not None and algo.buffer.storage.device.type == (
+        "cuda" if replay == "trainer" else "cpu"
+    )
     if normalize:  # statistics of the raw frames, kept on the GPU beside the policy
-        assert algo.obs_norm is not None and algo.obs_norm.mean.device.type == "cuda" and int(algo.obs_norm.count) == 64
+        assert (
+            algo.obs_norm is not None
+            and algo.obs_norm.mean.device.type == "cuda"
+            and int(algo.obs_norm.count) == 64
+        )
     assert all(bool(torch.isfinite(torch.as_tensor(v)).all()) for v in metrics.values())
     assert all(p.device.type == "cuda" for p in algo.critics.parameters())
 
@@ -192,16 +239,31 @@ def test_a_checkpoint_moves_from_cpu_to_gpu_and_back(tmp_path):
     cfg = cls.Config(batch_size=32, learning_starts=0, buffer_size=256)
     cpu = cls(cfg, PENDULUM, 1000)
     cpu.update(pendulum_frames(), 0)
-    path = checkpoint.save(tmp_path / "a", TrainerState(cpu, Progress(), 0, None, True).state_dict(), {"step": 1}, keep=1)
+    path = checkpoint.save(
+        tmp_path / "a",
+        TrainerState(cpu, Progress(), 0, None, True).state_dict(),
+        {"step": 1},
+        keep=1,
+    )
     gpu = cls(cfg, PENDULUM, 1000, device="cuda")
     TrainerState(gpu, Progress(), 0, None, True).load_state_dict(checkpoint.read(path)[0])
-    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu.critics.parameters(), gpu.critics.parameters()))
+    assert all(
+        torch.equal(a, b.cpu()) for a, b in zip(cpu.critics.parameters(), gpu.critics.parameters())
+    )
     assert all(v.device.type == "cuda" for s in gpu.q_optimizer.state.values() for v in s.values())
     gpu.update(pendulum_frames(), 64)  # it trains on, on the GPU
-    back = checkpoint.save(tmp_path / "b", TrainerState(gpu, Progress(), 0, None, True).state_dict(), {"step": 2}, keep=1)
+    back = checkpoint.save(
+        tmp_path / "b",
+        TrainerState(gpu, Progress(), 0, None, True).state_dict(),
+        {"step": 2},
+        keep=1,
+    )
     again = cls(cfg, PENDULUM, 1000)
     TrainerState(again, Progress(), 0, None, True).load_state_dict(checkpoint.read(back)[0])
-    assert all(torch.equal(a.cpu(), b) for a, b in zip(gpu.critics.parameters(), again.critics.parameters()))
+    assert all(
+        torch.equal(a.cpu(), b)
+        for a, b in zip(gpu.critics.parameters(), again.critics.parameters())
+    )
     assert again.buffer is not None and again.buffer.storage.device.type == "cpu"
 
 
@@ -219,7 +281,9 @@ def test_gae_and_the_reward_scaler_give_the_cpus_results_for_gpu_rollouts():
     reward, value = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
     done, next_value = torch.rand(64, 4, generator=g) < 0.1, torch.randn(4, generator=g)
     on_gpu = gae(*(t.cuda() for t in (reward, value, done, next_value)), 0.99, 0.95)
-    assert on_gpu.is_cuda and torch.allclose(on_gpu.cpu(), gae(reward, value, done, next_value, 0.99, 0.95))
+    assert on_gpu.is_cuda and torch.allclose(
+        on_gpu.cpu(), gae(reward, value, done, next_value, 0.99, 0.95)
+    )
     here, there = RewardScaler(0.99, 10.0), RewardScaler(0.99, 10.0).cuda()
     for _ in range(2):  # the returns carry across rounds
         scaled = there.scale(reward.cuda(), done.cuda())

@@ -43,7 +43,9 @@ def digest(state: object) -> str:
 
     def visit(value: object) -> None:
         if isinstance(value, torch.Tensor):
-            h.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            h.update(
+                value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            )
         elif isinstance(value, dict):
             for k in sorted(value, key=str):
                 h.update(str(k).encode())
@@ -102,25 +104,48 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
     }
 
 
-def test_two_async_trainers_stop_together_hold_the_same_weights_keep_lag_bounded_and_resume(tmp_path):
-    run, steps = tmp_path / "run", lambda: sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
-    first = run_ranks(job, 4, ASYNC_DQN, str(run), 6, timeout=300)  # trainer 1's collector is preempted
+def test_two_async_trainers_stop_together_hold_the_same_weights_keep_lag_bounded_and_resume(
+    tmp_path,
+):
+    run, steps = (
+        tmp_path / "run",
+        lambda: sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")),
+    )
+    first = run_ranks(
+        job, 4, ASYNC_DQN, str(run), 6, timeout=300
+    )  # trainer 1's collector is preempted
     assert all(status == "ok" for status, _ in first.values()), first
     a, b = first[0][1], first[1][1]
-    assert a["preempted"] and b["preempted"] and a["frames"] == b["frames"] < 1536, (a, b)  # both stopped after one update
+    assert a["preempted"] and b["preempted"] and a["frames"] == b["frames"] < 1536, (
+        a,
+        b,
+    )  # both stopped after one update
     assert steps()[-1] == f"step-{a['frames']:012d}"  # and checkpointed it
     assert a["weights"] == b["weights"]  # models and optimisers, bit for bit
     assert a["replay"] != b["replay"]  # each learned from its own collector
 
     second = run_ranks(job, 4, ASYNC_DQN, str(run), timeout=300)
     assert all(status == "ok" for status, _ in second.values()), second
-    assert [second[r][1]["resumed_replay"] for r in (0, 1)] == [a["replay"], b["replay"]]  # each its own replay back
+    assert [second[r][1]["resumed_replay"] for r in (0, 1)] == [
+        a["replay"],
+        b["replay"],
+    ]  # each its own replay back
     assert second[0][1]["weights"] == second[1][1]["weights"] and second[0][1]["frames"] == 1536
     table = rows(run)
-    assert [int(r["frames"]) for r in table] == list(range(128, 1537, 128))  # every frame range logged once
-    assert int(table[-1]["train/gradient_steps"]) == 320 and int(table[-1]["train/replay_size"]) == 1536
-    assert min(column(table, "collect/policy_lag_min")) >= 0 and max(column(table, "collect/policy_lag_max")) <= 0
-    assert sum(column(table, "collect/batches_dropped")) > 0  # the bound bit: batches that span a publish
+    assert [int(r["frames"]) for r in table] == list(
+        range(128, 1537, 128)
+    )  # every frame range logged once
+    assert (
+        int(table[-1]["train/gradient_steps"]) == 320
+        and int(table[-1]["train/replay_size"]) == 1536
+    )
+    assert (
+        min(column(table, "collect/policy_lag_min")) >= 0
+        and max(column(table, "collect/policy_lag_max")) <= 0
+    )
+    assert (
+        sum(column(table, "collect/batches_dropped")) > 0
+    )  # the bound bit: batches that span a publish
 
 
 # PPO with V-trace on CartPole, 2 trainers + 2 collectors; a KL bound so small that the epochs stop early, on the
@@ -146,7 +171,9 @@ def test_two_async_ppo_trainers_learn_with_vtrace_in_step(tmp_path):
     assert [int(r["frames"]) for r in table] == list(range(256, 2049, 256))
     assert max(column(table, "collect/policy_lag_max")) <= 4  # collector.max_policy_lag
     clipped = column(table, "train/vtrace_rho_clipped")
-    assert all(0 <= c <= 1 for c in clipped) and max(clipped) > 0  # V-trace ran, on frames from older versions
+    assert (
+        all(0 <= c <= 1 for c in clipped) and max(clipped) > 0
+    )  # V-trace ran, on frames from older versions
     updates = int(table[-1]["train/updates"])
     assert updates == 2048 // 128  # an update: one batch of 64 frames on each trainer
     # The KL bound bit (10 epochs an update without it), and both trainers stopped alike.
@@ -177,7 +204,9 @@ def late_trainer(rank, world, late, marker):
 def test_a_trainer_that_does_not_come_is_named_by_the_other(tmp_path, late):
     results = run_ranks(late_trainer, 2, late, str(tmp_path / "gave-up"), timeout=120)
     message = results[1 - late][1]
-    assert f"trainer rank(s) [{late}] did not come within 5 s" in message and "for update 7" in message, results
+    assert (
+        f"trainer rank(s) [{late}] did not come within 5 s" in message and "for update 7" in message
+    ), results
 
 
 def resumed_replay(rank, world):
@@ -190,7 +219,9 @@ def resumed_replay(rank, world):
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
         sac, spec = ALGOS["sac"], env_spec("Pendulum-v1")
-        cfg = sac.Config(buffer_size=64, batch_size=8, learning_starts=10_000)  # no gradient step: only the replay
+        cfg = sac.Config(
+            buffer_size=64, batch_size=8, learning_starts=10_000
+        )  # no gradient step: only the replay
 
         def batch(n: int) -> TensorDict:
             frames = TensorDict(

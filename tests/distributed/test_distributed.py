@@ -111,7 +111,9 @@ def test_data_channel_delivers_each_collectors_batches_bit_exact():
         assert torch.equal(torch.tensor(from2), torch.full((8, 2, 4), 20.0 + r))
 
 
-@pytest.mark.parametrize("when", ["while the trainer waits", "before the trainer posts its receive"])
+@pytest.mark.parametrize(
+    "when", ["while the trainer waits", "before the trainer posts its receive"]
+)
 def test_dead_collector_is_named_by_the_trainer(tmp_path, when):
     # Gone first, gloo raises when the receive is posted or when it is waited on, as the close reached it:
     # CI met the first (a bare gloo error, before BatchReceiver named the collector there too).

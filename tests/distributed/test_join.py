@@ -64,7 +64,12 @@ def test_collectors_of_another_launch_join_a_running_job_and_leave_it(workdir, n
     try:
         wait_for(lambda: len(joined_share(workdir / "run")) >= 2, 120, "the job's first rows")
         trainer = rank_pid(job, 0)
-        join = [sys.executable, "-m", "harness.cli.join", f"{head.address if head else '127.0.0.1'}:{port}"]
+        join = [
+            sys.executable,
+            "-m",
+            "harness.cli.join",
+            f"{head.address if head else '127.0.0.1'}:{port}",
+        ]
         logs = [workdir / f"joiner-{i}.txt" for i in range(2)]
         joiners = [
             subprocess.Popen(
@@ -76,8 +81,16 @@ def test_collectors_of_another_launch_join_a_running_job_and_leave_it(workdir, n
             )
             for log in logs
         ]
-        wait_for(lambda: all("joined the job at" in log.read_text() for log in logs), 120, "both collectors to join")
-        wait_for(lambda: max(joined_share(workdir / "run")) > 0, 120, "rows with frames from the joined collectors")
+        wait_for(
+            lambda: all("joined the job at" in log.read_text() for log in logs),
+            120,
+            "both collectors to join",
+        )
+        wait_for(
+            lambda: max(joined_share(workdir / "run")) > 0,
+            120,
+            "rows with frames from the joined collectors",
+        )
         for joiner in joiners:
             joiner.send_signal(signal.SIGTERM)  # leave
         codes = [joiner.wait(timeout=120) for joiner in joiners]
@@ -86,9 +99,17 @@ def test_collectors_of_another_launch_join_a_running_job_and_leave_it(workdir, n
         assert all("left the job" in s for s in said), said
         left_at = len(joined_share(workdir / "run"))
         # Rows that begin once every joined collector left hold none of their frames.
-        wait_for(lambda: len(joined_share(workdir / "run")) >= left_at + 3, 120, "rows after the joined collectors left")
-        assert joined_share(workdir / "run")[left_at + 1 :] == [0.0] * len(joined_share(workdir / "run")[left_at + 1 :])
-        assert job.poll() is None and rank_pid(job, 0) == trainer  # the trainer went on, never restarted
+        wait_for(
+            lambda: len(joined_share(workdir / "run")) >= left_at + 3,
+            120,
+            "rows after the joined collectors left",
+        )
+        assert joined_share(workdir / "run")[left_at + 1 :] == [0.0] * len(
+            joined_share(workdir / "run")[left_at + 1 :]
+        )
+        assert (
+            job.poll() is None and rank_pid(job, 0) == trainer
+        )  # the trainer went on, never restarted
     finally:
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
@@ -98,8 +119,14 @@ def test_collectors_of_another_launch_join_a_running_job_and_leave_it(workdir, n
 @pytest.mark.parametrize(
     "overrides, why",
     [
-        (["collector.mode=sync"], "collector.mode=sync: a round takes one batch from each of the job's collectors"),
-        (["collector.mode=async", "topology.trainers=2"], "several trainers learn from equal shares of the frames"),
+        (
+            ["collector.mode=sync"],
+            "collector.mode=sync: a round takes one batch from each of the job's collectors",
+        ),
+        (
+            ["collector.mode=async", "topology.trainers=2"],
+            "several trainers learn from equal shares of the frames",
+        ),
         (["topology.join_port=70000"], "a TCP port is 1-65535"),
     ],
 )

@@ -80,9 +80,16 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
     one = {"OMP_NUM_THREADS": "1"}
     (single,) = placements(world=1, cores=8, env=one)
     assert single.threads == 1
-    assert single.describe() == "rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
-    assert [p.threads for p in placements(world=9, cores=64, env={"OMP_NUM_THREADS": "4"})] == [4] * 9
-    assert [p.threads for p in placements(world=3, cores=8, env={"MKL_NUM_THREADS": "2"})] == [2] * 3
+    assert (
+        single.describe()
+        == "rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
+    )
+    assert [p.threads for p in placements(world=9, cores=64, env={"OMP_NUM_THREADS": "4"})] == [
+        4
+    ] * 9
+    assert [p.threads for p in placements(world=3, cores=8, env={"MKL_NUM_THREADS": "2"})] == [
+        2
+    ] * 3
     # An explicit setting wins over the environment; without either, the cores decide, and the layout says which.
     got = placements(world=3, trainer_threads="4", cores=8, env=one)
     assert [(p.threads, p.threads_from) for p in got] == [
@@ -95,7 +102,11 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
         "rank 1 collector: cpu, 1 thread (auto: one per collector)",
         "rank 2 collector: cpu, 1 thread (auto: one per collector)",
     ]
-    assert placements(world=1, cores=8)[0].describe().endswith("8 threads (auto: the 8 cores it may use)")
+    assert (
+        placements(world=1, cores=8)[0]
+        .describe()
+        .endswith("8 threads (auto: the 8 cores it may use)")
+    )
 
 
 def test_trainer_threads_all_shares_every_core_of_the_node_among_its_trainers_whatever_the_environment_says():
@@ -103,24 +114,52 @@ def test_trainer_threads_all_shares_every_core_of_the_node_among_its_trainers_wh
     one = {"OMP_NUM_THREADS": "1"}
     got = placements(world=3, trainer_threads="all", cores=2, env=one)
     assert [p.threads for p in got] == [2, 1, 1]
-    assert got[0].describe() == "rank 0 trainer: cpu, 2 threads (trainer.threads=all: the node's 2 cores)"
-    two_nodes = placements(world=8, trainers=2, per_node=4, trainer_threads="all", cores=16, env=one)
-    assert [p.threads for p in two_nodes] == [8, 8, 1, 1, 1, 1, 1, 1]  # node 0: 2 trainers share 16 cores
-    assert two_nodes[0].describe().endswith("8 threads (trainer.threads=all: the node's 16 cores, shared by 2 trainers)")
+    assert (
+        got[0].describe()
+        == "rank 0 trainer: cpu, 2 threads (trainer.threads=all: the node's 2 cores)"
+    )
+    two_nodes = placements(
+        world=8, trainers=2, per_node=4, trainer_threads="all", cores=16, env=one
+    )
+    assert [p.threads for p in two_nodes] == [
+        8,
+        8,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+    ]  # node 0: 2 trainers share 16 cores
+    assert (
+        two_nodes[0]
+        .describe()
+        .endswith("8 threads (trainer.threads=all: the node's 16 cores, shared by 2 trainers)")
+    )
 
 
 def test_all_threads_is_a_trainers_choice_only():
-    with pytest.raises(ValueError, match=r"collector.threads='all': choose auto or a number of threads >= 1"):
+    with pytest.raises(
+        ValueError, match=r"collector.threads='all': choose auto or a number of threads >= 1"
+    ):
         check_placement("collector", "auto", "all")
-    with pytest.raises(ValueError, match=r"trainer.threads='many': choose auto or all or a number of threads >= 1"):
+    with pytest.raises(
+        ValueError, match=r"trainer.threads='many': choose auto or all or a number of threads >= 1"
+    ):
         check_placement("trainer", "auto", "many")
 
 
 def test_a_thread_variable_that_is_not_a_count_is_refused_naming_it():
     for value in ("abc", "0", "-2"):
-        with pytest.raises(PlacementError, match=re.escape(f"OMP_NUM_THREADS={value!r} is not a number of threads >= 1")):
+        with pytest.raises(
+            PlacementError,
+            match=re.escape(f"OMP_NUM_THREADS={value!r} is not a number of threads >= 1"),
+        ):
             placements(world=1, env={"OMP_NUM_THREADS": value})
-    assert threads_from_env({"OMP_NUM_THREADS": " ", "MKL_NUM_THREADS": "3"}) == (3, "MKL_NUM_THREADS")  # blank: unset
+    assert threads_from_env({"OMP_NUM_THREADS": " ", "MKL_NUM_THREADS": "3"}) == (
+        3,
+        "MKL_NUM_THREADS",
+    )  # blank: unset
     assert threads_from_env({}) is None
 
 
@@ -135,12 +174,16 @@ def test_nccl_puts_every_rank_on_its_own_gpu_by_local_rank():
 
 
 def test_two_ranks_on_one_gpu_with_nccl_fail_naming_the_ranks_and_the_fix():
-    with pytest.raises(PlacementError, match=r"ranks \[2\] would share one.*--nproc_per_node.*sync=shm"):
+    with pytest.raises(
+        PlacementError, match=r"ranks \[2\] would share one.*--nproc_per_node.*sync=shm"
+    ):
         placements(world=3, gpu_collectors=True, gpus=2)
 
 
 def test_cuda_asked_for_without_a_gpu_and_nccl_with_cpu_collectors_are_refused():
-    with pytest.raises(PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")):
+    with pytest.raises(
+        PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")
+    ):
         placements(world=3, trainer_device="cuda", gpus=0)
     with pytest.raises(PlacementError, match=r"sync=nccl .* collector.device=cpu"):
         placements(world=3, collector_device="cpu", gpu_collectors=True, gpus=4)
@@ -152,14 +195,26 @@ def test_gpu_trainers_of_a_node_take_gpus_in_local_rank_order():
 
 
 def test_nccl_with_a_cpu_trainer_is_refused_naming_the_fix():
-    with pytest.raises(PlacementError, match=r"sync=nccl .* trainer.device=cpu: use sync=shm or sync=gloo"):
+    with pytest.raises(
+        PlacementError, match=r"sync=nccl .* trainer.device=cpu: use sync=shm or sync=gloo"
+    ):
         placements(world=3, trainer_device="cpu", gpu_collectors=True, gpus=4)
 
 
 def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node():
     """Ranks 4..7 of a second node count their GPUs from 0 again: LOCAL_RANK, not the global rank."""
     got = [
-        place(layout(r, 8, per_node=4), "auto", "auto", "auto", "auto", gpu_collectors=True, scheme="nccl", cores=16, gpus=4)
+        place(
+            layout(r, 8, per_node=4),
+            "auto",
+            "auto",
+            "auto",
+            "auto",
+            gpu_collectors=True,
+            scheme="nccl",
+            cores=16,
+            gpus=4,
+        )
         for r in (4, 6)
     ]
     assert [p.device for p in got] == ["cuda:0", "cuda:2"]
@@ -175,22 +230,55 @@ def test_single_process_debug_run_takes_the_gpu_and_ignores_nccl_rules():
 def test_a_gpu_trainer_node_with_cpu_collector_nodes_is_a_layout_not_a_mistake():
     """trainer.device=cuda is refused only on a rank that trains: collector nodes need no GPU."""
     trainer_node = place(
-        layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=1
+        layout(0, 4, per_node=2),
+        "cuda",
+        "auto",
+        "auto",
+        "auto",
+        gpu_collectors=False,
+        scheme="gloo",
+        cores=16,
+        gpus=1,
     )
     collector_node = [
-        place(layout(r, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=0)
+        place(
+            layout(r, 4, per_node=2),
+            "cuda",
+            "auto",
+            "auto",
+            "auto",
+            gpu_collectors=False,
+            scheme="gloo",
+            cores=16,
+            gpus=0,
+        )
         for r in (2, 3)
     ]
     assert trainer_node.device == "cuda:0" and [p.device for p in collector_node] == ["cpu", "cpu"]
-    with pytest.raises(PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")):
-        place(layout(0, 4, per_node=2), "cuda", "auto", "auto", "auto", gpu_collectors=False, scheme="gloo", cores=16, gpus=0)
+    with pytest.raises(
+        PlacementError, match=re.escape("trainer.device=cuda but this node has no CUDA device")
+    ):
+        place(
+            layout(0, 4, per_node=2),
+            "cuda",
+            "auto",
+            "auto",
+            "auto",
+            gpu_collectors=False,
+            scheme="gloo",
+            cores=16,
+            gpus=0,
+        )
 
 
 @pytest.mark.parametrize("gpus", [0, 4])
 def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
     """With gloo, shm or hierarchical the weights arrive in CPU memory: a GPU collector would act on the CPU."""
     with pytest.raises(
-        PlacementError, match=r"collector.device=cuda, but sync=gloo delivers weights to CPU memory.*collector.device=auto"
+        PlacementError,
+        match=r"collector.device=cuda, but sync=gloo delivers weights to CPU memory.*collector.device=auto",
     ):
         placements(world=3, collector_device="cuda", gpus=gpus)
-    assert placements(world=1, collector_device="cuda", gpus=1)[0].device == "cuda:0"  # one process: the trainer's device
+    assert (
+        placements(world=1, collector_device="cuda", gpus=1)[0].device == "cuda:0"
+    )  # one process: the trainer's device

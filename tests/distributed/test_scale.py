@@ -41,7 +41,14 @@ def test_two_nodes_train_over_their_own_interfaces(workdir, two_nodes, scheme):
     second node's leader forwards to the other collector through its own
     node's segment, which shares /dev/shm (one kernel) with the first's."""
     before, carried = segments(), sum(node.bytes_received() for node in two_nodes)
-    args = ["-m", "harness.train", "debug=tiny", f"sync={scheme}", f"run_dir={workdir / 'run'}", "logger.console=false"]
+    args = [
+        "-m",
+        "harness.train",
+        "debug=tiny",
+        f"sync={scheme}",
+        f"run_dir={workdir / 'run'}",
+        "logger.console=false",
+    ]
     launches = [
         subprocess.Popen(
             node.torchrun(i, two_nodes[0], 2, args, run_id=f"two-nodes-{scheme}"),
@@ -74,7 +81,13 @@ def test_one_trainer_and_31_collectors_start_run_and_stop(workdir):
     of 32 ranks takes a minute or two here: docs/scaling.md)."""
     before = segments()
     out = run_harness(
-        ["debug=tiny", "sync=shm", "collector.total_frames=3968", "run_dir=run", "logger.console=false"],
+        [
+            "debug=tiny",
+            "sync=shm",
+            "collector.total_frames=3968",
+            "run_dir=run",
+            "logger.console=false",
+        ],
         workdir,
         nproc=32,
         timeout=560,
@@ -82,5 +95,7 @@ def test_one_trainer_and_31_collectors_start_run_and_stop(workdir):
     assert out.returncode == 0, out.stderr[-3000:]
     table = rows(workdir / "run")
     assert int(table[-1]["frames"]) == 3968  # 2 rounds of 31 collectors x 64 frames
-    assert float(table[-1]["collect/policy_lag_max"]) == 0  # round 2 acted with the weights published after round 1
+    assert (
+        float(table[-1]["collect/policy_lag_max"]) == 0
+    )  # round 2 acted with the weights published after round 1
     assert segments() - before == set()

@@ -18,7 +18,17 @@ from helpers import ROOT, column, launch_env, rows, wait_for
 
 pytestmark = pytest.mark.slurm
 
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+}
 
 CONF = """ClusterName=harness-test
 SlurmctldHost=localhost
@@ -51,10 +61,14 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     missing = [
-        b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b) and not Path(f"/usr/sbin/{b}").exists()
+        b
+        for b in ("munged", "slurmctld", "slurmd", "sbatch")
+        if not shutil.which(b) and not Path(f"/usr/sbin/{b}").exists()
     ]
     if missing:
-        pytest.skip(f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install slurm-wlm, as .ci/run does")
+        pytest.skip(
+            f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install slurm-wlm, as .ci/run does"
+        )
     if os.geteuid() != 0:
         pytest.skip("starting SLURM's daemons needs root")
     d = tmp_path_factory.mktemp("slurm")
@@ -66,14 +80,24 @@ def slurm(tmp_path_factory):
     if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode != 0:
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
-        daemons.append(subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"]))
+        daemons.append(
+            subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"])
+        )
         wait_for(lambda: Path("/run/munge/munge.socket.2").exists(), 20, "munged")
-    daemons.append(subprocess.Popen(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(d / "slurm.conf")], env=env))
-    daemons.append(subprocess.Popen(["/usr/sbin/slurmd", "-D", "-N", "localhost", "-f", str(d / "slurm.conf")], env=env))
+    daemons.append(
+        subprocess.Popen(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(d / "slurm.conf")], env=env)
+    )
+    daemons.append(
+        subprocess.Popen(
+            ["/usr/sbin/slurmd", "-D", "-N", "localhost", "-f", str(d / "slurm.conf")], env=env
+        )
+    )
     try:
 
         def idle():
-            out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
+            ).stdout
             return "idle" in out
 
         wait_for(idle, 60, "slurmd to register")
@@ -93,18 +117,34 @@ def slurm(tmp_path_factory):
 
 
 def squeue(env: dict, *args: str) -> str:
-    return subprocess.run(["squeue", "-h", *args], env=env, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["squeue", "-h", *args], env=env, capture_output=True, text=True
+    ).stdout.strip()
 
 
-def submit(script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()) -> str:
+def submit(
+    script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()
+) -> str:
     """``sbatch`` a script with its log at ``cwd/job.out``; the job's id."""
-    command = ["sbatch", "--parsable", "-o", str(cwd / "job.out"), *options, str(ROOT / script), *args]
-    submitted = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    command = [
+        "sbatch",
+        "--parsable",
+        "-o",
+        str(cwd / "job.out"),
+        *options,
+        str(ROOT / script),
+        *args,
+    ]
+    submitted = subprocess.run(
+        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip().split(";")[0]
 
 
-def run_job(script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()) -> tuple[str, str]:
+def run_job(
+    script: str, args: list[str], env: dict, cwd: Path, options: tuple[str, ...] = ()
+) -> tuple[str, str]:
     """Submit, wait for the job to end, and return its final state and log.
     Polled here: ``sbatch --wait`` looks at growing intervals, which cost
     each of these tests about half a minute (a 16-s job took 42 s)."""
@@ -112,7 +152,9 @@ def run_job(script: str, args: list[str], env: dict, cwd: Path, options: tuple[s
 
     def ended() -> bool:
         nonlocal state
-        shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True).stdout
+        shown = subprocess.run(
+            ["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True
+        ).stdout
         state = shown.split("JobState=")[1].split()[0] if "JobState=" in shown else ""
         return state in ENDED
 
@@ -126,12 +168,20 @@ def frames(run_dir: Path) -> list[int]:
 
 
 def job_env(slurm, run_dir: Path, **extra) -> dict:
-    return {**slurm, "HARNESS_DIR": str(ROOT), "RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1", **extra}
+    return {
+        **slurm,
+        "HARNESS_DIR": str(ROOT),
+        "RUN_DIR": str(run_dir),
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
 def test_single_node_script_runs_a_tiny_job_to_the_end(slurm, tmp_path):
     args = ["debug=tiny", "logger.console=false"]
-    state, log = run_job("slurm/single_node.sbatch", args, job_env(slurm, tmp_path / "run"), tmp_path)
+    state, log = run_job(
+        "slurm/single_node.sbatch", args, job_env(slurm, tmp_path / "run"), tmp_path
+    )
     assert state == "COMPLETED", log[-3000:]
     assert frames(tmp_path / "run")[-1] == 1024
 
@@ -172,7 +222,11 @@ def test_requeued_job_resumes_from_its_checkpoint(slurm, tmp_path):
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
 
     def finished():
-        return squeue(slurm, "-j", job) == "" and (run_dir / "metrics.csv").exists() and frames(run_dir)[-1] == 20480
+        return (
+            squeue(slurm, "-j", job) == ""
+            and (run_dir / "metrics.csv").exists()
+            and frames(run_dir)[-1] == 20480
+        )
 
     wait_for(finished, 400, "the requeued job to finish")
     log = (tmp_path / "job.out").read_text()
@@ -209,7 +263,12 @@ def test_submitit_sweep_runs_one_multi_task_job_per_combination(slurm, tmp_path)
     logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.*"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:] + logs[-3000:]
     run_dirs = sorted(p.parent for p in sweep.glob("*/metrics.csv"))
-    assert [p.name for p in run_dirs] == ["debug=tiny,logger.console=False,seed=1", "debug=tiny,logger.console=False,seed=2"]
+    assert [p.name for p in run_dirs] == [
+        "debug=tiny,logger.console=False,seed=1",
+        "debug=tiny,logger.console=False,seed=2",
+    ]
     for run_dir in run_dirs:
         assert frames(run_dir)[-1] == 1024
-    assert logs.count("world size 2, topology.trainers=1") == 2  # two ranks per job, as srun started them
+    assert (
+        logs.count("world size 2, topology.trainers=1") == 2
+    )  # two ranks per job, as srun started them

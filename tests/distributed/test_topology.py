@@ -13,7 +13,12 @@ pytestmark = pytest.mark.unit
 
 
 def env(rank, world, node=0):
-    return {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "GROUP_RANK": str(node)}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": str(node),
+    }
 
 
 def test_plain_python_is_one_rank_that_trains_and_collects():
@@ -61,4 +66,6 @@ def test_run_dir_override_and_job_ids(monkeypatch):
     layout = Layout.from_env(1, env={})
     assert str(resolve_run_dir("/x/y", "runs", None, "n", layout)) == "/x/y"
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert str(resolve_run_dir(None, "runs", None, "n", layout)) == "runs/slurm42-n"  # a requeue finds it again
+    assert (
+        str(resolve_run_dir(None, "runs", None, "n", layout)) == "runs/slurm42-n"
+    )  # a requeue finds it again

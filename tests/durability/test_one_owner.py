@@ -18,12 +18,20 @@ from harness.runs.lock import LOCK_NAME, RunLockError, take
 
 TINY = ["debug=tiny", "logger.console=false"]
 # Long enough to be still training at its first checkpoint; patient enough to be paused for a while.
-RUNNING = [*TINY, "collector.total_frames=8192", "checkpoint.every_frames=1024", "dist_timeout_s=300", "sync.timeout_s=300"]
+RUNNING = [
+    *TINY,
+    "collector.total_frames=8192",
+    "checkpoint.every_frames=1024",
+    "dist_timeout_s=300",
+    "sync.timeout_s=300",
+]
 
 
 def job_pids(job: subprocess.Popen) -> list[int]:
     """torchrun's agent and its workers."""
-    children = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+    children = subprocess.run(
+        ["pgrep", "-P", str(job.pid)], capture_output=True, text=True
+    ).stdout.split()
     return [job.pid, *map(int, children)]
 
 
@@ -31,10 +39,16 @@ def job_pids(job: subprocess.Popen) -> list[int]:
 def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_byte(workdir):
     run = workdir / "run"
     first = start_harness([*RUNNING, "run_dir=run"], workdir)
-    wait_for(lambda: list(checkpoint.checkpoint_dir(run).glob("step-*")), 120, "the first launch's first checkpoint")
+    wait_for(
+        lambda: list(checkpoint.checkpoint_dir(run).glob("step-*")),
+        120,
+        "the first launch's first checkpoint",
+    )
     owner = rank_pid(first, 0)
     paused = job_pids(first)
-    for pid in paused:  # the first launch holds the lock, frozen, so that no byte moves while the second one tries
+    for pid in (
+        paused
+    ):  # the first launch holds the lock, frozen, so that no byte moves while the second one tries
         os.kill(pid, signal.SIGSTOP)
     try:
         before = snapshot(run, lock=True)
@@ -62,8 +76,14 @@ def test_the_lock_of_a_killed_owner_is_free_at_once(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=launch_env())
     try:
         lock_file = tmp_path / LOCK_NAME
-        wait_for(lambda: lock_file.exists() and f"pid {owner.pid} " in lock_file.read_text(), 60, "the owner to write its pid")
-        with pytest.raises(RunLockError, match=f"in use by another launch \\(host .* pid {owner.pid} since"):
+        wait_for(
+            lambda: lock_file.exists() and f"pid {owner.pid} " in lock_file.read_text(),
+            60,
+            "the owner to write its pid",
+        )
+        with pytest.raises(
+            RunLockError, match=f"in use by another launch \\(host .* pid {owner.pid} since"
+        ):
             take(tmp_path)
     finally:
         owner.kill()  # SIGKILL: no Python runs, only the kernel lets go
@@ -93,10 +113,22 @@ def every_path(folder: Path) -> list[str]:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("start_over", ["false", "true"])
-def test_a_folder_that_is_not_a_run_is_refused_naming_what_it_holds_and_nothing_moves(workdir, start_over):
+def test_a_folder_that_is_not_a_run_is_refused_naming_what_it_holds_and_nothing_moves(
+    workdir, start_over
+):
     folder = a_folder_of_files(workdir / "mine")
     paths, before = every_path(folder), snapshot(folder, lock=True)
-    out = run_harness([*TINY, "run_dir=mine", f"checkpoint.start_over={start_over}"], workdir, nproc=2, timeout=120)
+    out = run_harness(
+        [*TINY, "run_dir=mine", f"checkpoint.start_over={start_over}"],
+        workdir,
+        nproc=2,
+        timeout=120,
+    )
     assert out.returncode != 0
-    assert "is not a run directory: it holds .hidden, config.yaml, notes.txt, results/, src/" in out.stderr, out.stderr[-3000:]
-    assert every_path(folder) == paths and snapshot(folder, lock=True) == before  # no lock file, nothing moved aside
+    assert (
+        "is not a run directory: it holds .hidden, config.yaml, notes.txt, results/, src/"
+        in out.stderr
+    ), out.stderr[-3000:]
+    assert (
+        every_path(folder) == paths and snapshot(folder, lock=True) == before
+    )  # no lock file, nothing moved aside

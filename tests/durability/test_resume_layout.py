@@ -29,22 +29,37 @@ def train_sh(args: list[str], cwd, nproc: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.e2e
-def test_a_resume_with_another_nproc_that_would_change_the_batch_is_refused_naming_both_layouts(workdir):
+def test_a_resume_with_another_nproc_that_would_change_the_batch_is_refused_naming_both_layouts(
+    workdir,
+):
     first = train_sh(["collector.total_frames=512"], workdir, nproc=3)
     assert first.returncode == 0, first.stderr[-3000:]
     run = workdir / "runs" / "r"
-    assert json.loads((run / LAYOUT_FILE).read_text()) == {"world_size": 3, "trainers": 1, "collectors_per_trainer": 2}
+    assert json.loads((run / LAYOUT_FILE).read_text()) == {
+        "world_size": 3,
+        "trainers": 1,
+        "collectors_per_trainer": 2,
+    }
     before = snapshot(run)
     out = train_sh(["collector.total_frames=1024"], workdir, nproc=2)
     said = (out.stdout + out.stderr).strip()
     assert out.returncode == 2, said[-3000:]  # a mistake in the command: one message, no traceback
-    assert said.startswith("error: ") and said.count("error:") == 1 and "Traceback" not in said, said[-3000:]
+    assert said.startswith("error: ") and said.count("error:") == 1 and "Traceback" not in said, (
+        said[-3000:]
+    )
     assert "started with 3 ranks (1 trainer, 2 collectors each: 128 frames per update)" in said
     assert "this launch has 2 ranks (1 trainer, 1 collector each: 64 frames per update)" in said
-    assert "Relaunch with 3 ranks (NPROC=3 scripts/train.sh" in said and f"checkpoint.init_from={run.resolve()}" in said
+    assert (
+        "Relaunch with 3 ranks (NPROC=3 scripts/train.sh" in said
+        and f"checkpoint.init_from={run.resolve()}" in said
+    )
     assert snapshot(run) == before
-    again = train_sh(["collector.total_frames=1024"], workdir, nproc=3)  # the layout it started with: it goes on
-    assert again.returncode == 0 and "resumed from" in again.stdout + again.stderr, again.stderr[-3000:]
+    again = train_sh(
+        ["collector.total_frames=1024"], workdir, nproc=3
+    )  # the layout it started with: it goes on
+    assert again.returncode == 0 and "resumed from" in again.stdout + again.stderr, again.stderr[
+        -3000:
+    ]
     assert [int(r["frames"]) for r in rows(run)] == [256, 512, 768, 1024]
 
 
@@ -54,17 +69,23 @@ def layout(world: int, trainers: int = 1) -> Layout:
 
 def started_with(run_dir, world: int, trainers: int = 1) -> None:
     run_dir.mkdir(exist_ok=True)
-    (run_dir / LAYOUT_FILE).write_text(json.dumps(run_directory.layout_record(layout(world, trainers))))
+    (run_dir / LAYOUT_FILE).write_text(
+        json.dumps(run_directory.layout_record(layout(world, trainers)))
+    )
 
 
 @pytest.mark.unit
-def test_sync_rounds_keep_their_collectors_per_trainer_and_one_process_collects_for_itself(tmp_path):
+def test_sync_rounds_keep_their_collectors_per_trainer_and_one_process_collects_for_itself(
+    tmp_path,
+):
     cfg = compose_config()  # PPO, sync rounds
     started_with(tmp_path, 3)
     refuse_another_layout(cfg, tmp_path, layout(3))
     with pytest.raises(RunDirError, match=r"started with 3 ranks .* this launch has 5 ranks"):
         refuse_another_layout(cfg, tmp_path, layout(5))
-    started_with(tmp_path, 1)  # the one process is its own collector: the same batch as 1 trainer + 1 collector
+    started_with(
+        tmp_path, 1
+    )  # the one process is its own collector: the same batch as 1 trainer + 1 collector
     refuse_another_layout(cfg, tmp_path, layout(2))
 
 
@@ -72,8 +93,12 @@ def test_sync_rounds_keep_their_collectors_per_trainer_and_one_process_collects_
 def test_async_collectors_may_change_in_number_but_trainers_may_not(tmp_path):
     cfg = compose_config("experiment=sac_pendulum", "algo.batch_size=256")
     started_with(tmp_path, 3)
-    refuse_another_layout(cfg, tmp_path, layout(5))  # streamed batches: an update learns from one at a time
-    with pytest.raises(RunDirError, match=r"1 trainer, 2 collectors each\); this launch has 4 ranks \(2 trainers"):
+    refuse_another_layout(
+        cfg, tmp_path, layout(5)
+    )  # streamed batches: an update learns from one at a time
+    with pytest.raises(
+        RunDirError, match=r"1 trainer, 2 collectors each\); this launch has 4 ranks \(2 trainers"
+    ):
         refuse_another_layout(cfg, tmp_path, layout(4, trainers=2))
 
 

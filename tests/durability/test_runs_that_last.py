@@ -29,7 +29,9 @@ def steps(run_dir: Path) -> list[str]:
 
 
 def test_checkpoints_are_written_atomically_and_only_the_newest_kept(workdir):
-    out = run_harness([*TINY, "checkpoint.every_frames=256", "checkpoint.keep=2", "run_dir=run"], workdir, nproc=3)
+    out = run_harness(
+        [*TINY, "checkpoint.every_frames=256", "checkpoint.keep=2", "run_dir=run"], workdir, nproc=3
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert steps(workdir / "run") == ["step-000000000768", "step-000000001024"]
     assert not list((workdir / "run" / "checkpoints").glob(".tmp-*"))
@@ -40,7 +42,11 @@ def test_checkpoints_are_written_atomically_and_only_the_newest_kept(workdir):
 def test_same_command_resumes_and_every_frame_range_is_logged_once(workdir):
     first = run_harness([*TINY, "checkpoint.every_frames=256", "run_dir=run"], workdir, nproc=3)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = run_harness([*TINY, "checkpoint.every_frames=256", "collector.total_frames=2048", "run_dir=run"], workdir, nproc=3)
+    second = run_harness(
+        [*TINY, "checkpoint.every_frames=256", "collector.total_frames=2048", "run_dir=run"],
+        workdir,
+        nproc=3,
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout + second.stderr
     table = rows(workdir / "run")
@@ -55,7 +61,11 @@ def test_corrupt_newest_checkpoint_is_skipped_with_a_warning_naming_it(workdir):
     newest = workdir / "run/checkpoints/step-000000001024"
     data = (newest / "state.pt").read_bytes()
     (newest / "state.pt").write_bytes(data[: len(data) // 2])  # truncated, as by a full disk
-    out = run_harness([*TINY, "checkpoint.every_frames=256", "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1)
+    out = run_harness(
+        [*TINY, "checkpoint.every_frames=256", "collector.total_frames=1536", "run_dir=run"],
+        workdir,
+        nproc=1,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     assert f"skipping checkpoint {newest}" in text and "step-000000000768" in text
@@ -100,7 +110,9 @@ def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_r
     args = [*TINY, "checkpoint.every_frames=2048", "run_dir=run"]
     job = start_harness(args, workdir, launch=True)  # as scripts/train.sh starts it
     wait_for(lambda: (workdir / "run/config.yaml").exists(), 120, "config.yaml: start-up under way")
-    job.send_signal(signal.SIGTERM)  # a scheduler's preemption; the launcher passes it on to every rank
+    job.send_signal(
+        signal.SIGTERM
+    )  # a scheduler's preemption; the launcher passes it on to every rank
     out, _ = job.communicate(timeout=120)
     assert job.returncode == 128 + signal.SIGTERM, out[-3000:]
     # The first update after the signal reached trainer 0 (128 frames a round): the first round's, or, where
@@ -112,10 +124,17 @@ def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_r
     assert "Traceback" not in out and "Error executing job" not in out, out[-3000:]
     assert steps(workdir / "run") == [f"step-{at:012d}"]
     again = run_harness(args, workdir, nproc=3)
-    assert again.returncode == 0 and "resumed from" in again.stdout + again.stderr, again.stderr[-3000:]
+    assert again.returncode == 0 and "resumed from" in again.stdout + again.stderr, again.stderr[
+        -3000:
+    ]
     frames = frames_column(workdir / "run")
     # The stopped launch's last row at its stop, the resumed one's from there: every frame range once.
-    assert frames[0] == min(at, 256) and at in frames and frames == sorted(set(frames)) and frames[-1] == 1024
+    assert (
+        frames[0] == min(at, 256)
+        and at in frames
+        and frames == sorted(set(frames))
+        and frames[-1] == 1024
+    )
 
 
 def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(workdir):
@@ -128,7 +147,11 @@ def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(wo
     assert "resumed from" in out
     frames = frames_column(workdir / "run")
     assert frames == sorted(set(frames)) and frames[-1] == LONG_FRAMES
-    wait_for(lambda: set(Path("/dev/shm").glob(f"{PREFIX}*")) <= before, 10, "the run's shm segments to be removed")
+    wait_for(
+        lambda: set(Path("/dev/shm").glob(f"{PREFIX}*")) <= before,
+        10,
+        "the run's shm segments to be removed",
+    )
 
 
 def test_replay_buffer_travels_in_the_checkpoint_when_asked(workdir):
@@ -157,7 +180,11 @@ def small_disk(workdir):
     """A real 4 MiB tmpfs at ``workdir/disk``: a filesystem that fills up. Needs root and mount(2)."""
     disk = workdir / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"a small tmpfs needs root and mount(2): {mounted.stderr.strip()}")
     try:
@@ -166,13 +193,22 @@ def small_disk(workdir):
         subprocess.run(["umount", str(disk)], check=True)
 
 
-def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_earlier_ones_kept(workdir, small_disk):
-    args = [*TINY, "checkpoint.every_frames=256", "checkpoint.keep=2", f"run_dir={small_disk / 'run'}"]
+def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_earlier_ones_kept(
+    workdir, small_disk
+):
+    args = [
+        *TINY,
+        "checkpoint.every_frames=256",
+        "checkpoint.keep=2",
+        f"run_dir={small_disk / 'run'}",
+    ]
     first = run_harness(args, workdir)
     assert first.returncode == 0, first.stderr[-3000:]
     kept = {k: v for k, v in snapshot(small_disk / "run").items() if k.startswith("checkpoints/")}
     filler = small_disk / "filler"
-    with filler.open("wb") as f:  # leave room for the config and metrics rows, not for a ~130 kB checkpoint
+    with filler.open(
+        "wb"
+    ) as f:  # leave room for the config and metrics rows, not for a ~130 kB checkpoint
         f.write(b"\0" * (shutil.disk_usage(small_disk).free - 48 * 1024))
     full = run_harness([*args, "collector.total_frames=2048"], workdir)
     text = full.stdout + full.stderr
@@ -181,7 +217,11 @@ def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_earlier_one
     assert " bytes needed, " in text and f" bytes free in {small_disk / 'run/checkpoints'})" in text
     assert "earlier checkpoints are kept (step-000000000768, step-000000001024)" in text
     assert not list(checkpoint.checkpoint_dir(small_disk / "run").glob(".tmp-*"))
-    assert {k: v for k, v in snapshot(small_disk / "run").items() if k.startswith("checkpoints/")} == kept
+    assert {
+        k: v for k, v in snapshot(small_disk / "run").items() if k.startswith("checkpoints/")
+    } == kept
     filler.unlink()  # room again: the same command resumes from the newest kept checkpoint
     again = run_harness([*args, "collector.total_frames=2048"], workdir)
-    assert again.returncode == 0 and "step-000000001024" in again.stdout + again.stderr, again.stderr[-3000:]
+    assert again.returncode == 0 and "step-000000001024" in again.stdout + again.stderr, (
+        again.stderr[-3000:]
+    )

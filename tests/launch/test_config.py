@@ -21,16 +21,29 @@ pytestmark = pytest.mark.unit
 
 def test_default_job_is_ppo_cartpole_gloo():
     cfg = compose_config()
-    assert (cfg.algo.name, cfg.env.id, cfg.sync.name, cfg.topology.trainers) == ("ppo", "CartPole-v1", "gloo", 1)
+    assert (cfg.algo.name, cfg.env.id, cfg.sync.name, cfg.topology.trainers) == (
+        "ppo",
+        "CartPole-v1",
+        "gloo",
+        1,
+    )
     assert type(cfg.algo).__name__ == "PPOConfig"
 
 
 def test_tuned_hyper_parameters_apply_to_their_pair_only_and_yield_to_the_command_line():
     tuned = compose_config()  # algo=ppo env=cartpole: conf/tuned/ppo_cartpole.yaml
-    assert (tuned.algo.update_epochs, tuned.algo.lr, tuned.collector.frames_per_batch) == (10, 1e-3, 128)
+    assert (tuned.algo.update_epochs, tuned.algo.lr, tuned.collector.frames_per_batch) == (
+        10,
+        1e-3,
+        128,
+    )
     assert compose_config("experiment=ppo_cartpole").algo.update_epochs == 10
     generic = compose_config("env=pendulum")  # PPO elsewhere: conf/algo/ppo.yaml's defaults
-    assert (generic.algo.update_epochs, generic.algo.lr, generic.collector.frames_per_batch) == (4, 2.5e-4, 256)
+    assert (generic.algo.update_epochs, generic.algo.lr, generic.collector.frames_per_batch) == (
+        4,
+        2.5e-4,
+        256,
+    )
     assert compose_config("algo.update_epochs=3").algo.update_epochs == 3
 
 
@@ -44,7 +57,9 @@ def tiny_dataset(path: Path, env_id: str) -> str:
         truncated=torch.zeros(2, dtype=torch.bool),
         batch_size=[2],
     )
-    dataset.save(path, data, dataset.Meta(env=env_id, transitions=2, episodes=0, behaviour_return=0.0))
+    dataset.save(
+        path, data, dataset.Meta(env=env_id, transitions=2, episodes=0, behaviour_return=0.0)
+    )
     return str(path)
 
 
@@ -55,9 +70,13 @@ def test_every_config_in_a_group_composes(group, tmp_path):
     for name in names:
         if name == "nccl" and not torch.cuda.is_available():
             continue  # refused without CUDA, by design (tests/sync/test_sync_schemes.py)
-        overrides = [f"{group}={name}"] + (["env=pendulum"] if group == "algo" and name in ("sac", "td3") else [])
+        overrides = [f"{group}={name}"] + (
+            ["env=pendulum"] if group == "algo" and name in ("sac", "td3") else []
+        )
         raw = OmegaConf.load(CONF / group / f"{name}.yaml")
-        if name in ("iql", "cql") or raw.get("dataset"):  # offline: compose with a dataset for its env
+        if name in ("iql", "cql") or raw.get(
+            "dataset"
+        ):  # offline: compose with a dataset for its env
             env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"
             overrides += [
                 "env=" + ("hopper" if "hopper" in name else "pendulum"),
@@ -71,20 +90,40 @@ def test_offline_algorithms_need_a_dataset_and_online_ones_refuse_it(tmp_path):
     with pytest.raises(ValueError, match="algo=cql learns from a dataset: add dataset=<path>"):
         compose_config("algo=cql")
     with pytest.raises(ValueError, match="dataset= is for offline algorithms"):
-        compose_config("algo=sac", "env=pendulum", f"dataset={tiny_dataset(tmp_path / 'ds', 'Pendulum-v1')}")
+        compose_config(
+            "algo=sac", "env=pendulum", f"dataset={tiny_dataset(tmp_path / 'ds', 'Pendulum-v1')}"
+        )
 
 
-def test_offline_algorithms_refuse_several_trainers_and_online_ones_take_them_in_both_modes(tmp_path):
+def test_offline_algorithms_refuse_several_trainers_and_online_ones_take_them_in_both_modes(
+    tmp_path,
+):
     data = tiny_dataset(tmp_path / "ds", "Pendulum-v1")
-    with pytest.raises(ValueError, match=r"topology.trainers=2: algo=iql learns on one trainer.*Use topology.trainers=1"):
+    with pytest.raises(
+        ValueError,
+        match=r"topology.trainers=2: algo=iql learns on one trainer.*Use topology.trainers=1",
+    ):
         compose_config("algo=iql", "env=pendulum", f"dataset={data}", "topology.trainers=2")
     for mode in ("sync", "async"):
-        assert compose_config("experiment=sac_pendulum", "topology.trainers=2", f"collector.mode={mode}").topology.trainers == 2
-        assert compose_config("experiment=dqn_cartpole", "topology.trainers=2", f"collector.mode={mode}").topology.trainers == 2
+        assert (
+            compose_config(
+                "experiment=sac_pendulum", "topology.trainers=2", f"collector.mode={mode}"
+            ).topology.trainers
+            == 2
+        )
+        assert (
+            compose_config(
+                "experiment=dqn_cartpole", "topology.trainers=2", f"collector.mode={mode}"
+            ).topology.trainers
+            == 2
+        )
 
 
 def test_an_offpolicy_batch_that_several_trainers_cannot_split_is_refused_naming_a_multiple():
-    with pytest.raises(ValueError, match=r"algo.batch_size=255 cannot be split over topology.trainers=2.*algo.batch_size=254"):
+    with pytest.raises(
+        ValueError,
+        match=r"algo.batch_size=255 cannot be split over topology.trainers=2.*algo.batch_size=254",
+    ):
         compose_config("algo=sac", "env=pendulum", "topology.trainers=2", "algo.batch_size=255")
 
 
@@ -94,16 +133,27 @@ def test_an_offpolicy_batch_that_several_trainers_cannot_split_is_refused_naming
         ((), False),
         (("collector.mode=async",), True),
         (("collector.pipeline=true",), True),
-        (("collector.mode=async", "algo.vtrace=false"), False),  # asked for: GAE on lagged frames, the ablation
+        (
+            ("collector.mode=async", "algo.vtrace=false"),
+            False,
+        ),  # asked for: GAE on lagged frames, the ablation
         (("algo.vtrace=true",), True),
     ],
 )
-def test_ppo_learns_with_vtrace_exactly_where_frames_are_older_than_the_weights_unless_told(overrides, vtrace):
+def test_ppo_learns_with_vtrace_exactly_where_frames_are_older_than_the_weights_unless_told(
+    overrides, vtrace
+):
     assert compose_config(*overrides).algo.vtrace is vtrace
 
 
 def test_overrides_reach_typed_fields():
-    cfg = compose_config("seed=3", "algo.lr=1e-3", "collector.num_envs=2", "collector.frames_per_batch=32", "sync=none")
+    cfg = compose_config(
+        "seed=3",
+        "algo.lr=1e-3",
+        "collector.num_envs=2",
+        "collector.frames_per_batch=32",
+        "sync=none",
+    )
     assert (cfg.seed, cfg.algo.lr, cfg.collector.num_envs, cfg.sync.name) == (3, 1e-3, 2, "none")
 
 
@@ -111,23 +161,38 @@ def test_overrides_reach_typed_fields():
     "override, message",
     [
         ("algo.lr=-1", "algo.lr=-1 is out of range: algo=ppo needs it > 0"),
-        ("algo=sac env=pendulum algo.gamma=2", "algo.gamma=2 is out of range: algo=sac needs it in (0, 1]"),
-        ("algo=td3 env=pendulum algo.tau=5", "algo.tau=5 is out of range: algo=td3 needs it in (0, 1]"),
+        (
+            "algo=sac env=pendulum algo.gamma=2",
+            "algo.gamma=2 is out of range: algo=sac needs it in (0, 1]",
+        ),
+        (
+            "algo=td3 env=pendulum algo.tau=5",
+            "algo.tau=5 is out of range: algo=td3 needs it in (0, 1]",
+        ),
         ("algo=dqn algo.gamma=1.5", "algo.gamma=1.5 is out of range"),
-        ("algo=sac env=pendulum algo.policy_frequency=0", "algo.policy_frequency=0 is out of range: algo=sac needs it >= 1"),
+        (
+            "algo=sac env=pendulum algo.policy_frequency=0",
+            "algo.policy_frequency=0 is out of range: algo=sac needs it >= 1",
+        ),
         ("algo=cql env=pendulum algo.gradient_steps=0", "algo.gradient_steps=0 is out of range"),
         ("algo=sac env=cartpole", "algo=sac needs continuous actions; use algo=dqn or algo=ppo"),
         ("algo=dqn env=pendulum", "algo=dqn needs discrete actions"),
         ("sync.poll_interval_s=-1", "sync.poll_interval_s must be >= 0"),
         ("dist_timeout_s=-1", "dist_timeout_s must be > 0"),
-        ("+collector.total_frame=10", "collector.total_frame (did you mean collector.total_frames?)"),
+        (
+            "+collector.total_frame=10",
+            "collector.total_frame (did you mean collector.total_frames?)",
+        ),
         ("collector.frames_per_batch=30", "not a multiple of collector.num_envs=4"),
         ("sync.name=carrier_pigeon", "choose one of"),
         ("env.id=NoSuchEnv-v0", "not a registered gymnasium env"),
         ("algo.gamma=0", "algo.gamma=0 is out of range: algo=ppo needs it in (0, 1]"),
         ("trainer.device=tpu", "trainer.device='tpu': choose auto, cpu or cuda"),
         ("collector.threads=0", "collector.threads='0': choose auto or a number of threads >= 1"),
-        ("algo.normalize_reward=true collector.mode=async", "algo.normalize_reward=true with collector.mode=async"),
+        (
+            "algo.normalize_reward=true collector.mode=async",
+            "algo.normalize_reward=true with collector.mode=async",
+        ),
         ("algo.obs_clip=0", "algo.obs_clip=0 is out of range: algo=ppo needs it > 0"),
     ],
 )

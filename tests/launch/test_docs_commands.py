@@ -40,19 +40,27 @@ def commands(doc: Path) -> list[str]:
 
 
 def trains(command: str) -> bool:
-    return ("scripts/train.sh" in command or "-m harness.train" in command) and "--help" not in command
+    return (
+        "scripts/train.sh" in command or "-m harness.train" in command
+    ) and "--help" not in command
 
 
 def fresh_copy(dest: Path) -> Path:
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     for name in filter(None, listed.split("\0")):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     (dest / ".venv").symlink_to(ROOT / ".venv")
-    for name in ("pyproject.toml", "constraints.txt"):  # older than the .venv's install stamp: installed
+    for name in (
+        "pyproject.toml",
+        "constraints.txt",
+    ):  # older than the .venv's install stamp: installed
         os.utime(dest / name, (0, 0))
     return dest
 
@@ -60,14 +68,20 @@ def fresh_copy(dest: Path) -> Path:
 def test_the_commands_the_readme_and_the_quickstart_give_run_as_written(tmp_path):
     repo = fresh_copy(tmp_path / "harness")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = f"{repo / '.venv' / 'bin'}:{env['PATH']}"  # the README's set-up: the .venv's commands first
+    env["PATH"] = (
+        f"{repo / '.venv' / 'bin'}:{env['PATH']}"  # the README's set-up: the .venv's commands first
+    )
     ran = []
     for doc in DOCS:
         for command in commands(ROOT / doc):
             if any(word in command for word in SKIPPED):
                 continue
             line = f"{command} {BUDGET}" if trains(command) else command
-            out = subprocess.run(["bash", "-c", line], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-            assert out.returncode == 0, f"{doc}: `{line}` exited {out.returncode}:\n{(out.stdout + out.stderr)[-3000:]}"
+            out = subprocess.run(
+                ["bash", "-c", line], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+            )
+            assert out.returncode == 0, (
+                f"{doc}: `{line}` exited {out.returncode}:\n{(out.stdout + out.stderr)[-3000:]}"
+            )
             ran.append(line)
     assert len(ran) >= 8, ran  # the docs' commands did run, not only skips

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.e2e
 TRAIN_SH = str(ROOT / "scripts" / "train.sh")
 
 
-def train_sh(args: list[str], cwd, nproc: int = 3, env: dict | None = None) -> subprocess.CompletedProcess:
+def train_sh(
+    args: list[str], cwd, nproc: int = 3, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [TRAIN_SH, *args],
         cwd=cwd,
@@ -35,7 +37,9 @@ def train_sh(args: list[str], cwd, nproc: int = 3, env: dict | None = None) -> s
 def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_status_2(workdir):
     out = train_sh(["debug=tiny", "algo.lrr=1e-3", f"run_dir={workdir / 'run'}"], workdir)
     said = (out.stdout + out.stderr).strip().splitlines()
-    assert said == ["error: algo.lrr: no such setting in algo; did you mean algo.lr? (--help lists every setting)"], said
+    assert said == [
+        "error: algo.lrr: no such setting in algo; did you mean algo.lr? (--help lists every setting)"
+    ], said
     assert out.returncode == 2
     assert not (workdir / "run").exists()
 
@@ -45,10 +49,22 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
     [
         (["+foo=1"], "error: unknown config keys: foo."),
         (["algo=sac", "env=cartpole"], "error: algo=sac needs continuous actions"),
-        (["algo=ppp"], "error: algo=ppp: no such option; did you mean algo=ppo? Choose one of: cql, dqn, iql, ppo, sac, td3"),
-        (["topology.trainers=3"], "error: topology.trainers=3 with world size 3 leaves no rank to collect"),
-        (["seed=abc"], "error: Error merging override seed=abc: Value 'abc' of type 'str' could not be converted to Integer"),
-        (["+experiment=null"], "error: a config group takes an option (group=option); to choose none, leave the group out"),
+        (
+            ["algo=ppp"],
+            "error: algo=ppp: no such option; did you mean algo=ppo? Choose one of: cql, dqn, iql, ppo, sac, td3",
+        ),
+        (
+            ["topology.trainers=3"],
+            "error: topology.trainers=3 with world size 3 leaves no rank to collect",
+        ),
+        (
+            ["seed=abc"],
+            "error: Error merging override seed=abc: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        (
+            ["+experiment=null"],
+            "error: a config group takes an option (group=option); to choose none, leave the group out",
+        ),
     ],
 )
 def test_a_mistake_is_a_message_said_once_not_a_traceback(workdir, args, message):
@@ -56,15 +72,25 @@ def test_a_mistake_is_a_message_said_once_not_a_traceback(workdir, args, message
     said = out.stdout + out.stderr
     assert out.returncode == 2, said[-3000:]
     assert said.startswith(message) and said.count("error:") == 1, said[-3000:]
-    assert "Traceback" not in said and "Error executing job" not in said and "ChildFailedError" not in said, said[-3000:]
+    assert (
+        "Traceback" not in said
+        and "Error executing job" not in said
+        and "ChildFailedError" not in said
+    ), said[-3000:]
 
 
 def test_help_prints_once_and_says_what_every_setting_of_the_composition_means(workdir):
     out = train_sh(["algo=sac", "env=pendulum", "--help"], workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("Settings (") == 1
-    assert "  algo        cql  dqn  iql  ppo  sac*  td3\n" in out.stdout  # the choices only: no *_schema entries
-    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("  ") and "=" in line.split()[0]}
+    assert (
+        "  algo        cql  dqn  iql  ppo  sac*  td3\n" in out.stdout
+    )  # the choices only: no *_schema entries
+    lines = {
+        line.split()[0]: line
+        for line in out.stdout.splitlines()
+        if line.startswith("  ") and "=" in line.split()[0]
+    }
     assert "actor Adam learning rate" in lines["algo.policy_lr=0.0003"]
     assert "gymnasium id" in lines["env.id=Pendulum-v1"]
     # Included by presets, never chosen on the command line: not shown as groups.
@@ -96,7 +122,9 @@ def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(w
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_for(
-        lambda: len(workers := children(job.pid)) == 3 and all(map(importing_torch, workers)), 120, "3 workers importing torch"
+        lambda: len(workers := children(job.pid)) == 3 and all(map(importing_torch, workers)),
+        120,
+        "3 workers importing torch",
     )
     job.send_signal(signal.SIGINT)
     out, _ = job.communicate(timeout=120)
@@ -106,14 +134,21 @@ def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(w
 
 def test_a_failure_that_is_not_a_mistake_keeps_its_traceback_and_torchruns_report(workdir):
     out = train_sh(
-        ["debug=tiny", "env.id=flaky_env:FlakyCartPole-v0", "collector.max_env_restarts=0", f"run_dir={workdir / 'run'}"],
+        [
+            "debug=tiny",
+            "env.id=flaky_env:FlakyCartPole-v0",
+            "collector.max_env_restarts=0",
+            f"run_dir={workdir / 'run'}",
+        ],
         workdir,
         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "FLAKY_STEP": "5", "FLAKY_FAILURES": "1000"},
     )
     said = out.stdout + out.stderr
     assert out.returncode not in (0, 2), said[-3000:]
     assert "Traceback" in said and "simulated crash at step 5" in said, said[-3000:]
-    assert "failed (exitcode: 1)" in said, said[-3000:]  # torchrun's own report, held while the job ran
+    assert "failed (exitcode: 1)" in said, said[
+        -3000:
+    ]  # torchrun's own report, held while the job ran
     # The collectors end at once (they used to wait for the trainer's pending sends while exiting),
     # so the trainer learns that they are gone rather than waiting out dist_timeout_s.
     assert "that collector is gone" in said and "no answer in" not in said, said[-3000:]

@@ -43,7 +43,9 @@ def test_every_setting_of_the_default_job_has_its_meaning():
         cfg = compose("config", overrides=["algo=sac", "env=pendulum"])
     rows = {key: (value, doc) for key, value, doc in settings(cfg)}
     assert rows["algo.q_lr"] == ("0.001", "critics' (and alpha's) Adam learning rate")
-    assert rows["algo.batch_size"][1] == field_docs(SACConfig)["batch_size"]  # inherited from OffPolicyConfig
+    assert (
+        rows["algo.batch_size"][1] == field_docs(SACConfig)["batch_size"]
+    )  # inherited from OffPolicyConfig
     assert rows["collector.mode"][1].startswith("sync: in round r")  # comment lines above the field
     assert rows["logger.group"][1].startswith("wandb group")  # a default that spans lines
     undocumented = [key for key, (_, doc) in rows.items() if not doc and not key.endswith(".name")]
@@ -57,14 +59,26 @@ def test_groups_are_the_command_lines_choices_only():
 
 
 def test_a_mistyped_setting_is_told_the_nearest_one_in_its_section():
-    assert unknown_setting("algo.lrr", SACConfig.__mro__[0]).startswith("algo.lrr: no such setting in algo")
-    assert "did you mean collector.num_envs?" in unknown_setting("collector.num_env", CollectorConfig)
+    assert unknown_setting("algo.lrr", SACConfig.__mro__[0]).startswith(
+        "algo.lrr: no such setting in algo"
+    )
+    assert "did you mean collector.num_envs?" in unknown_setting(
+        "collector.num_env", CollectorConfig
+    )
     assert "did you mean logger.backends?" in unknown_setting("logger.backend", LoggerConfig)
     assert "did you mean seed?" in unknown_setting("sead", Config)
-    assert unknown_option("env", "cartpol").startswith("env=cartpol: no such option; did you mean env=cartpole?")
+    assert unknown_option("env", "cartpol").startswith(
+        "env=cartpol: no such option; did you mean env=cartpole?"
+    )
 
 
 def test_hydras_error_for_a_typo_becomes_did_you_mean():
-    with initialize_config_dir(version_base=None, config_dir=str(CONF)), pytest.raises(ConfigCompositionException) as info:
+    with (
+        initialize_config_dir(version_base=None, config_dir=str(CONF)),
+        pytest.raises(ConfigCompositionException) as info,
+    ):
         compose("config", overrides=["algo.lrr=1e-3"])
-    assert explain(info.value) == "algo.lrr: no such setting in algo; did you mean algo.lr? (--help lists every setting)"
+    assert (
+        explain(info.value)
+        == "algo.lrr: no such setting in algo; did you mean algo.lr? (--help lists every setting)"
+    )

@@ -44,7 +44,9 @@ IDS = [f"{s}-{len(set(n))}node" for s, n in CASES]
 def make_models(hidden: int = 32) -> dict[str, nn.Module]:
     policy = nn.Sequential(nn.Linear(8, hidden), nn.Tanh(), nn.Linear(hidden, 4))
     norm = nn.Module()
-    norm.register_buffer("mean", torch.zeros(8, dtype=torch.float64))  # a second model, another dtype
+    norm.register_buffer(
+        "mean", torch.zeros(8, dtype=torch.float64)
+    )  # a second model, another dtype
     return {"policy": policy, "obs_norm": norm}
 
 
@@ -95,7 +97,9 @@ def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dt
     if rank == 0:
         for v in range(versions):
             fill(models, v)
-            end.publish(Header(v, frames=100 * v, stop=v == versions - 1, values={"epsilon": v / 1000}))
+            end.publish(
+                Header(v, frames=100 * v, stop=v == versions - 1, values={"epsilon": v / 1000})
+            )
         time.sleep(0.5)  # readers of shared memory keep their mapping; this just keeps logs tidy
         end.close()
         return None
@@ -111,8 +115,12 @@ def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dt
         new = None
         while new is None:
             for _ in range(steps_between_polls):
-                sum(p.sum() for p in models["policy"].parameters())  # "acting" with the live weights
-            if steps_between_polls and digest(models) != expected_digest(header.version, wire_dtype):
+                sum(
+                    p.sum() for p in models["policy"].parameters()
+                )  # "acting" with the live weights
+            if steps_between_polls and digest(models) != expected_digest(
+                header.version, wire_dtype
+            ):
                 torn += 1  # the weights changed under the policy (shm: its slot was overwritten)
             new = end.poll() if steps_between_polls else end.wait(end.version + 1)
         header = new
@@ -149,7 +157,10 @@ def test_stress_no_torn_update_while_publishing_continuously(scheme, nodes):
 @pytest.mark.parametrize("scheme", ["gloo", "shm"])
 def test_bfloat16_wire_halves_the_bytes_and_delivers_rounded_weights(scheme):
     models = make_models()
-    full, half = Payload.from_models(models).buffer.numel(), Payload.from_models(models, wire_dtype=torch.bfloat16).buffer.numel()
+    full, half = (
+        Payload.from_models(models).buffer.numel(),
+        Payload.from_models(models, wire_dtype=torch.bfloat16).buffer.numel(),
+    )
     assert half < 0.6 * full
     results = run_ranks(publish_versions, 3, scheme, 10, 0, "bfloat16")
     check_versions(results, 3, 9)
@@ -190,7 +201,11 @@ def test_wait_times_out_naming_rank_role_and_scheme(scheme):
     assert 1.5 < elapsed < 6
     # The time it says it waited is the time it waited, measured: its whole limit, which it may raise.
     said = re.search(r"waited ([\d.]+) s for weights version >= 0 and gave up", message)
-    assert said and 2.0 * 0.99 <= float(said[1]) <= elapsed + 0.05 and "raise sync.timeout_s" in message, message
+    assert (
+        said
+        and 2.0 * 0.99 <= float(said[1]) <= elapsed + 0.05
+        and "raise sync.timeout_s" in message
+    ), message
 
 
 def stalled_receiver(rank, world, marker):
@@ -251,17 +266,28 @@ def test_killed_publisher_is_an_error_not_a_hang_and_leaves_no_segment(scheme):
     # What happened first, and how long it waited, measured: not "waited 20 s ... and gave up" a second in
     # (issue 30, item 9). gloo sees the closed connection, shared memory the writer's dead process.
     gone = "the connection was closed" if scheme == "gloo" else "its process is dead"
-    found = re.search(rf"stopped waiting for weights version >= 0: trainer 0 is gone \({gone}\), ([\d.]+) s in", message)
+    found = re.search(
+        rf"stopped waiting for weights version >= 0: trainer 0 is gone \({gone}\), ([\d.]+) s in",
+        message,
+    )
     assert found and float(found[1]) <= elapsed + 0.05, message
-    assert "waited 20" not in message and "gave up" not in message and "raise sync.timeout_s" not in message, message
+    assert (
+        "waited 20" not in message
+        and "gave up" not in message
+        and "raise sync.timeout_s" not in message
+    ), message
     # The dead publisher's resource tracker may still be unlinking.
-    wait_for(lambda: not harness_segments() - before, 60, "the dead publisher's segments to be removed")
+    wait_for(
+        lambda: not harness_segments() - before, 60, "the dead publisher's segments to be removed"
+    )
 
 
 def segment_mode(rank, world):
     end, _ = connect(rank, "shm")
     names = harness_segments()
-    modes = {n: stat.S_IMODE(os.stat(f"/dev/shm/{n}").st_mode) for n in names if f"-{os.getpid()}-" in n}
+    modes = {
+        n: stat.S_IMODE(os.stat(f"/dev/shm/{n}").st_mode) for n in names if f"-{os.getpid()}-" in n
+    }
     end.publish(Header(0, stop=True, values={"epsilon": 0.0})) if rank == 0 else end.wait(0)
     torch.distributed.barrier()
     end.close()
@@ -282,7 +308,9 @@ def test_next_run_removes_segments_whose_creator_died(tmp_path):
     from multiprocessing import shared_memory
 
     dead_pid = 2**22 + 12345  # above pid_max defaults: no such process
-    stale = shared_memory.SharedMemory(name=f"{PREFIX}{dead_pid}-deadbeef-n0", create=True, size=128)
+    stale = shared_memory.SharedMemory(
+        name=f"{PREFIX}{dead_pid}-deadbeef-n0", create=True, size=128
+    )
     stale.close()
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" in harness_segments()
     assert f"{PREFIX}{dead_pid}-deadbeef-n0" in remove_stale_segments()
@@ -301,15 +329,21 @@ def test_futex_sleeps_until_the_word_changes_or_a_wake():
     from harness.sync import futex
 
     if not futex.available():
-        pytest.skip("no futex on this machine: shm readers sleep sync.poll_interval_s between checks")
+        pytest.skip(
+            "no futex on this machine: shm readers sleep sync.poll_interval_s between checks"
+        )
     words = np.ndarray((1,), dtype=np.int64, buffer=mmap.mmap(-1, 8))
     address = words.ctypes.data
     assert futex.wait(address, 0, 0.01) == errno.ETIMEDOUT  # slept in the kernel until the timeout
-    assert futex.wait(address, 1, 10) == errno.EAGAIN  # the word holds something else: no sleep at all
+    assert (
+        futex.wait(address, 1, 10) == errno.EAGAIN
+    )  # the word holds something else: no sleep at all
     woken = []
     sleeper = threading.Thread(target=lambda: woken.append(futex.wait(address, 0, 30)))
     sleeper.start()
-    while not woken:  # wake until the sleeper is asleep and woken (a wake before it sleeps wakes nobody)
+    while (
+        not woken
+    ):  # wake until the sleeper is asleep and woken (a wake before it sleeps wakes nobody)
         futex.wake(address)
         sleeper.join(0.01)
     assert woken == [0]
@@ -324,7 +358,9 @@ def test_a_segment_larger_than_dev_shm_is_refused_naming_the_fix():
         pytest.skip("/dev/shm has no size limit here")
     before = harness_segments()
     with pytest.raises(SyncError, match=r"larger /dev/shm \(docker run --shm-size"):
-        Segment.create(shm.f_blocks * shm.f_frsize, 2, 0)  # twice its size: refused before a byte is taken
+        Segment.create(
+            shm.f_blocks * shm.f_frsize, 2, 0
+        )  # twice its size: refused before a byte is taken
     assert harness_segments() == before
 
 
@@ -337,7 +373,9 @@ def test_shm_with_a_collector_on_another_node_fails_at_start_up_suggesting_hiera
     results = run_ranks(shm_across_nodes, 3, nodes=[0, 0, 1])
     for rank in range(3):
         status, message = results[rank]
-        assert status == "SyncError" and "sync=hierarchical" in message and "[2]" in message, results
+        assert status == "SyncError" and "sync=hierarchical" in message and "[2]" in message, (
+            results
+        )
 
 
 def header_only(rank, world):

@@ -95,7 +95,9 @@ def evaluated_run(tmp_path_factory) -> Run:
 
 
 def evaluation_returns(run_dir: Path) -> list[float]:
-    returns = column(rows(run_dir), "eval/return")  # eval.every_frames = log_every_frames: one evaluation a row
+    returns = column(
+        rows(run_dir), "eval/return"
+    )  # eval.every_frames = log_every_frames: one evaluation a row
     assert len(returns) == 3
     return returns
 
@@ -113,10 +115,14 @@ LINE = re.compile(
 
 @pytest.mark.e2e
 def test_progress_bar_is_redrawn_in_place_on_a_terminal(workdir):
-    with terminal([sys.executable, "-m", "harness.train", *TINY, *ONE_THREAD, "run_dir=run"], workdir) as term:
+    with terminal(
+        [sys.executable, "-m", "harness.train", *TINY, *ONE_THREAD, "run_dir=run"], workdir
+    ) as term:
         assert term.wait(120) == 0, term.text[-3000:]
     text, table = term.text, rows(workdir / "run")
-    assert "\r\x1b[2K" in text  # the bar's line is erased and drawn again, not followed by new lines
+    assert (
+        "\r\x1b[2K" in text
+    )  # the bar's line is erased and drawn again, not followed by new lines
     pieces = [ANSI.sub("", p).strip() for p in re.split(r"[\r\n]+", text)]
     draws = [BAR.fullmatch(p) for p in pieces if p.startswith("frames ")]
     assert len(draws) >= 2 and all(draws), pieces
@@ -159,7 +165,11 @@ def test_plain_lines_rates_and_times_left_past_a_day():
     assert "1,000 frames/s" in first and "eta 27:46:39" in first  # 99,999,000 frames at 1,000/s
     assert "2,000 frames/s" in second and second.endswith("| return 22.0 | eval 500.0")
     assert third.endswith("| return 22.0 | eval 500.0")  # the figures stay until new ones come
-    assert clock(float("inf")) == "--:--:--" and clock(59.9) == "00:00:59" and clock(360_000) == "100:00:00"
+    assert (
+        clock(float("inf")) == "--:--:--"
+        and clock(59.9) == "00:00:59"
+        and clock(360_000) == "100:00:00"
+    )
 
 
 @pytest.mark.unit
@@ -174,10 +184,14 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
     monkeypatch.setenv("COLUMNS", "40")
     screen, stdout = Tty(), sys.stdout
     bar = make_console(10, stream=screen)
-    said = "Resume: the same command with run_dir=" + "/long/path" * 10  # 138 characters on 40 columns
+    said = (
+        "Resume: the same command with run_dir=" + "/long/path" * 10
+    )  # 138 characters on 40 columns
     try:
         assert isinstance(bar, ProgressBar)
-        print(said)  # goes above the bar, in one piece: the terminal folds it, the text keeps it whole
+        print(
+            said
+        )  # goes above the bar, in one piece: the terminal folds it, the text keeps it whole
         bar.tick(5)
     finally:
         bar.close()
@@ -191,32 +205,53 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
 def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(workdir):
     """The launch of scripts/train.sh (harness.cli.launch, 1 trainer + 2 collectors) on a terminal."""
     run_dir = workdir / "run"
-    command = [*LAUNCH, *TINY, "collector.total_frames=100000000", "checkpoint.every_frames=0", "run_dir=run"]
+    command = [
+        *LAUNCH,
+        *TINY,
+        "collector.total_frames=100000000",
+        "checkpoint.every_frames=0",
+        "run_dir=run",
+    ]
 
     with terminal(command, workdir) as first:
         wait_for(lambda: last_frames(run_dir) > 0 or first.exited(), 180, "the first metrics row")
         before = last_frames(run_dir)
-        assert before and not checkpoints(run_dir), first.text[-3000:]  # training, no checkpoint yet
+        assert before and not checkpoints(run_dir), first.text[
+            -3000:
+        ]  # training, no checkpoint yet
         first.ctrl_c()
         assert first.wait(90) == 130, first.text[-3000:]  # the shell's "ended by Ctrl-C"
     text = first.text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert text.count(signals.ACK.strip()) == 1
     said = re.findall(
-        r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command with run_dir=(\S+)", text
+        r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command with run_dir=(\S+)",
+        text,
     )
     assert len(said) == 1 and text.count("Resume:") == 1, text[-3000:]
     step, where = int(said[0][0]), said[0][1]
     assert where == str(run_dir.resolve())
     saved = checkpoint.checkpoint_dir(run_dir) / f"step-{step:012d}"
-    assert checkpoints(run_dir) == [saved] and checkpoint.intact(saved) and step >= before  # written after the Ctrl-C
+    assert (
+        checkpoints(run_dir) == [saved] and checkpoint.intact(saved) and step >= before
+    )  # written after the Ctrl-C
     assert last_frames(run_dir) == step  # the stop's own row
     # The run's last words: how far it got, and the command that resumes it (after the bar, in plain text).
-    assert re.search(rf"run stopped \(interrupted \(Ctrl-C\)\): frames {step:,} of 100,000,000, trained for ", text), text[-3000:]
-    assert f"  resume:   the same command with run_dir={where}" in text and text.count("run stopped") == 1, text[-3000:]
+    assert re.search(
+        rf"run stopped \(interrupted \(Ctrl-C\)\): frames {step:,} of 100,000,000, trained for ",
+        text,
+    ), text[-3000:]
+    assert (
+        f"  resume:   the same command with run_dir={where}" in text
+        and text.count("run stopped") == 1
+    ), text[-3000:]
 
     with terminal(command, workdir) as second:
-        wait_for(lambda: last_frames(run_dir) > step or second.exited(), 180, "a row after the resumed checkpoint")
+        wait_for(
+            lambda: last_frames(run_dir) > step or second.exited(),
+            180,
+            "a row after the resumed checkpoint",
+        )
         second.ctrl_c()
         assert second.wait(90) == 130, second.text[-3000:]
     text = second.text
@@ -225,7 +260,10 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     assert text.count("Resume: the same command") == 1
     frames = [int(r["frames"]) for r in rows(run_dir)]
     assert frames == sorted(set(frames)) and frames[-1] > step  # every frame range once
-    assert len(checkpoints(run_dir)) == 2 and checkpoints(run_dir)[-1].name == f"step-{frames[-1]:012d}"
+    assert (
+        len(checkpoints(run_dir)) == 2
+        and checkpoints(run_dir)[-1].name == f"step-{frames[-1]:012d}"
+    )
 
 
 # -- TensorBoard -------------------------------------------------------------------------------------------
@@ -237,7 +275,9 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
 
 
 def csv_as_tensorboard(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -246,14 +286,22 @@ def csv_as_tensorboard(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     for row in rows(run_dir):
         for key, value in row.items():
             if key != "frames" and value not in ("", "nan"):
-                expected.setdefault(key, []).append((int(row["frames"]), float(np.float32(float(value)))))
+                expected.setdefault(key, []).append(
+                    (int(row["frames"]), float(np.float32(float(value))))
+                )
     return expected
 
 
 @pytest.mark.e2e
 def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
     run_dir = workdir / "run"
-    command = [*TINY, "logger.console=false", "logger.backends=[csv,tensorboard]", "checkpoint.every_frames=512", "run_dir=run"]
+    command = [
+        *TINY,
+        "logger.console=false",
+        "logger.backends=[csv,tensorboard]",
+        "checkpoint.every_frames=512",
+        "run_dir=run",
+    ]
     out = run_harness(command, workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     scalars = tensorboard_scalars(run_dir)
@@ -314,8 +362,15 @@ def test_videos_without_the_extra_fail_at_start_up_saying_what_to_install(monkey
     from harness.metrics import video
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pygame" else find_spec(name, *a))
-    with pytest.raises(ValueError, match=r"pygame is not installed\. Install the extra: pip install -e '\.\[video\]'"):
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pygame" else find_spec(name, *a),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"pygame is not installed\. Install the extra: pip install -e '\.\[video\]'",
+    ):
         EvalConfig(every_frames=256, video_every=1)
     assert EvalConfig(every_frames=256).video_every == 0  # no videos asked for: nothing needed
     monkeypatch.undo()
@@ -334,7 +389,9 @@ def evaluate(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def printed_mean(out: subprocess.CompletedProcess) -> str:
-    found = re.findall(r": return (-?[\d.]+) ± [\d.]+ over (\d+) deterministic episodes", out.stdout)
+    found = re.findall(
+        r": return (-?[\d.]+) ± [\d.]+ over (\d+) deterministic episodes", out.stdout
+    )
     assert len(found) == 1, out.stdout + out.stderr
     return found[0][0]
 
@@ -348,14 +405,22 @@ def test_evaluate_replays_the_runs_evaluations(evaluated_run, workdir):
     returns, last = evaluation_returns(run_dir), rows(run_dir)[-1]
     final = evaluate([str(run_dir)], workdir)  # the newest checkpoint: the final weights
     assert final.returncode == 0, final.stderr[-3000:]
-    assert printed_mean(final) == f"{float(last['eval/final_return']):.2f}" and "step-000000001024" in final.stdout
+    assert (
+        printed_mean(final) == f"{float(last['eval/final_return']):.2f}"
+        and "step-000000001024" in final.stdout
+    )
     scored = evaluate([str(run_dir), "step=768", "video=true"], workdir)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert printed_mean(scored) == f"{returns[2]:.2f}" and "step-000000000768" in scored.stdout
     path = run_dir / "videos" / "evaluate-step-000000000768.mp4"
     assert f"video: {path} ({int(returns[2])} frames)" in scored.stdout
-    ours, theirs = decoded(path), decoded(next((run_dir / "videos").glob("eval-000000000768-*.mp4")))
-    assert len(ours) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(ours, theirs))  # the same episode
+    ours, theirs = (
+        decoded(path),
+        decoded(next((run_dir / "videos").glob("eval-000000000768-*.mp4"))),
+    )
+    assert len(ours) == len(theirs) and all(
+        np.array_equal(a, b) for a, b in zip(ours, theirs)
+    )  # the same episode
 
 
 @pytest.mark.unit
@@ -381,7 +446,10 @@ def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
     ):
         with pytest.raises(SystemExit) as stopped:
             evaluate_module.main(args)
-        assert isinstance(stopped.value.code, str) and says in stopped.value.code, (args, stopped.value.code)  # exit status 1
+        assert isinstance(stopped.value.code, str) and says in stopped.value.code, (
+            args,
+            stopped.value.code,
+        )  # exit status 1
 
 
 @pytest.mark.e2e
@@ -416,9 +484,14 @@ def test_evaluate_scores_the_final_checkpoint_as_the_run_logged_it(workdir):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     last = rows(workdir / "run")[-1]
-    assert int(last["gradient_steps"]) == 100 and int(float(last["eval/version"])) == 2  # the final weights',
+    assert (
+        int(last["gradient_steps"]) == 100 and int(float(last["eval/version"])) == 2
+    )  # the final weights',
     assert float(last["eval/episodes"]) == 3  # and theirs only
     assert [p.name for p in checkpoints(workdir / "run")] == ["step-000000000100"]
     scored = evaluate(["run"], workdir)
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert printed_mean(scored) == f"{float(last['eval/return']):.2f}" and "step-000000000100" in scored.stdout
+    assert (
+        printed_mean(scored) == f"{float(last['eval/return']):.2f}"
+        and "step-000000000100" in scored.stdout
+    )

@@ -16,7 +16,9 @@ from omegaconf import OmegaConf
 from harness.metrics.curves import aggregate, group_runs, load_run
 
 pytestmark = pytest.mark.unit
-CONFIG = ROOT / "docs" / "metrics" / "td3_hopper" / "seed-1" / "config.yaml"  # a config.yaml the harness wrote
+CONFIG = (
+    ROOT / "docs" / "metrics" / "td3_hopper" / "seed-1" / "config.yaml"
+)  # a config.yaml the harness wrote
 
 
 def plot_script():
@@ -39,18 +41,26 @@ def fake_run(run_dir, returns, seed=1, step="frames", every=1000, **overrides):
     offline = step == "gradient_steps"
     lines = [f"{step},time_s,{'eval/return' if offline else 'train/episode_return,eval/return'}"]
     for i, r in enumerate(returns):
-        evaluated = "" if i % 2 else str(r + 5)  # an evaluation every other row, as eval.every_frames makes
-        lines.append(f"{every * (i + 1)},{2.0 * (i + 1)},{evaluated if offline else f'{r},{evaluated}'}")
+        evaluated = (
+            "" if i % 2 else str(r + 5)
+        )  # an evaluation every other row, as eval.every_frames makes
+        lines.append(
+            f"{every * (i + 1)},{2.0 * (i + 1)},{evaluated if offline else f'{r},{evaluated}'}"
+        )
     (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
     return run_dir
 
 
 def test_two_runs_of_one_seed_are_two_runs_not_two_seeds(tmp_path):
-    same = [fake_run(tmp_path / name, [1, 2, 3], seed=1) for name in ("ppo-a", "ppo-b")]  # the quickstart's case
+    same = [
+        fake_run(tmp_path / name, [1, 2, 3], seed=1) for name in ("ppo-a", "ppo-b")
+    ]  # the quickstart's case
     other = fake_run(tmp_path / "ppo-c", [1, 2, 3], seed=2)
     groups = plot_script().plot_runs(same, tmp_path / "same.png")
     assert [g.legend for g in groups] == ["td3 Hopper-v5 (2 runs, seed 1)"]
-    assert [g.legend for g in group_runs([load_run(d) for d in [same[0], other]])] == ["td3 Hopper-v5 (2 seeds: 1, 2)"]
+    assert [g.legend for g in group_runs([load_run(d) for d in [same[0], other]])] == [
+        "td3 Hopper-v5 (2 seeds: 1, 2)"
+    ]
     mixed = group_runs([load_run(d) for d in [*same, other]])
     assert [g.legend for g in mixed] == ["td3 Hopper-v5 (3 runs, 2 seeds: 1 (2 runs), 2)"]
     assert (tmp_path / "same.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -68,15 +78,30 @@ def test_groups_are_configs_but_for_seed_and_names_labelled_by_what_differs(tmp_
         ("algo.learning_rate=0.0003", ["a1", "a2"]),
         ("algo.learning_rate=0.001", ["b1", "b2"]),
     ]
-    assert [g.legend for g in groups] == ["algo.learning_rate=0.0003 (2 seeds: 1, 2)", "algo.learning_rate=0.001 (2 seeds: 1, 3)"]
+    assert [g.legend for g in groups] == [
+        "algo.learning_rate=0.0003 (2 seeds: 1, 2)",
+        "algo.learning_rate=0.001 (2 seeds: 1, 3)",
+    ]
     # Another algorithm is named by its name, not by every hyper-parameter the two do not share.
-    iql = fake_run(tmp_path / "iql", [1, 2], step="gradient_steps", algo={"name": "iql", "expectile": 0.7}, dataset="d")
+    iql = fake_run(
+        tmp_path / "iql",
+        [1, 2],
+        step="gradient_steps",
+        algo={"name": "iql", "expectile": 0.7},
+        dataset="d",
+    )
     labels = [g.label for g in group_runs([load_run(d) for d in [runs[0], runs[1], iql]])]
-    assert labels == ["td3 algo.learning_rate=0.0003 dataset=null", "td3 algo.learning_rate=0.001 dataset=null", "iql dataset=d"]
+    assert labels == [
+        "td3 algo.learning_rate=0.0003 dataset=null",
+        "td3 algo.learning_rate=0.001 dataset=null",
+        "iql dataset=d",
+    ]
 
 
 def test_each_run_to_its_end_and_the_aggregate_where_all_have_data(tmp_path):
-    long = fake_run(tmp_path / "long", [10, 20, 30, 40, 50], seed=1)  # finished: frames 1,000 to 5,000
+    long = fake_run(
+        tmp_path / "long", [10, 20, 30, 40, 50], seed=1
+    )  # finished: frames 1,000 to 5,000
     short = fake_run(tmp_path / "short", [30, 40, 50], seed=2)  # stopped at 3,000
     (group,) = group_runs([load_run(long), load_run(short)])
     _, drawn = plot_script().draw([group])
@@ -84,10 +109,17 @@ def test_each_run_to_its_end_and_the_aggregate_where_all_have_data(tmp_path):
     assert [(x.min(), x.max()) for x, _ in step_panel.runs] == [(1000, 5000), (1000, 3000)]
     curve = step_panel.aggregate
     assert (curve.x.min(), curve.x.max()) == (1000, 3000)
-    np.testing.assert_allclose(curve.center, np.interp(curve.x, [1000, 3000], [20, 40]))  # (10+30)/2 .. (30+50)/2
-    np.testing.assert_allclose(curve.high - curve.center, 10.0)  # standard error of two runs 20 apart
+    np.testing.assert_allclose(
+        curve.center, np.interp(curve.x, [1000, 3000], [20, 40])
+    )  # (10+30)/2 .. (30+50)/2
+    np.testing.assert_allclose(
+        curve.high - curve.center, 10.0
+    )  # standard error of two runs 20 apart
     assert time_panel.aggregate.x.max() == 6.0 and max(x.max() for x, _ in time_panel.runs) == 10.0
-    assert sorted(x.tolist() for x, _ in step_panel.evals) == [[1000, 3000], [1000, 3000, 5000]]  # every other row
+    assert sorted(x.tolist() for x, _ in step_panel.evals) == [
+        [1000, 3000],
+        [1000, 3000, 5000],
+    ]  # every other row
 
 
 def test_iqm_drops_the_outer_quarters_and_mean_does_not():
@@ -107,7 +139,9 @@ def test_iqm_drops_the_outer_quarters_and_mean_does_not():
 def test_x_label_says_frames_online_and_gradient_steps_offline(tmp_path):
     plot = plot_script()
     online = group_runs([load_run(fake_run(tmp_path / "on", [1, 2]))])
-    offline_dir = fake_run(tmp_path / "off", [1, 2, 3], step="gradient_steps", algo={"name": "iql"}, dataset="d")
+    offline_dir = fake_run(
+        tmp_path / "off", [1, 2, 3], step="gradient_steps", algo={"name": "iql"}, dataset="d"
+    )
     offline = group_runs([load_run(offline_dir)])
     assert offline[0].y_key == "eval/return"  # an offline run logs no training return
     labels = {}
@@ -120,7 +154,9 @@ def test_x_label_says_frames_online_and_gradient_steps_offline(tmp_path):
 
 def test_the_legend_covers_no_point(tmp_path):
     runs = [fake_run(tmp_path / f"s{seed}", [0, 100, 200, 300], seed=seed) for seed in (1, 2)]
-    runs.append(fake_run(tmp_path / "lr", [300, 300, 300, 300], algo__learning_rate=0.001))  # points in every corner
+    runs.append(
+        fake_run(tmp_path / "lr", [300, 300, 300, 300], algo__learning_rate=0.001)
+    )  # points in every corner
     fig, _ = plot_script().draw(group_runs([load_run(d) for d in runs]))
     fig.canvas.draw()
     (legend,) = fig.legends
@@ -133,17 +169,31 @@ def test_command_line_forms_write_their_figures(tmp_path):
         fake_run(tmp_path / "sota" / "td3_hopper" / f"seed-{seed}", [1, 2, 3], seed=seed)
 
     def plot(*args):
-        done = subprocess.run([sys.executable, ROOT / "scripts" / "plot.py", *args], cwd=tmp_path, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, ROOT / "scripts" / "plot.py", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    assert "wrote curves.png" in plot("sota/td3_hopper/seed-1", "sota/td3_hopper/seed-2", "--out", "curves.png")
-    assert "wrote iqm.png" in plot("sota/td3_hopper/seed-1", "sota/td3_hopper/seed-2", "--out", "iqm.png", "--aggregate", "iqm")
+    assert "wrote curves.png" in plot(
+        "sota/td3_hopper/seed-1", "sota/td3_hopper/seed-2", "--out", "curves.png"
+    )
+    assert "wrote iqm.png" in plot(
+        "sota/td3_hopper/seed-1", "sota/td3_hopper/seed-2", "--out", "iqm.png", "--aggregate", "iqm"
+    )
     assert "curves-td3_hopper.png" in plot("--presets", "sota", "--out-dir", "plots")
     for png in ("curves.png", "iqm.png", "plots/curves-td3_hopper.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "empty").mkdir()
     done = subprocess.run(
-        [sys.executable, ROOT / "scripts" / "plot.py", "empty", "--out", "x.png"], cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, ROOT / "scripts" / "plot.py", "empty", "--out", "x.png"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
-    assert done.returncode == 1 and "empty has no metrics.csv: is it a run directory?" in done.stderr
+    assert (
+        done.returncode == 1 and "empty has no metrics.csv: is it a run directory?" in done.stderr
+    )

@@ -24,9 +24,14 @@ def script(name: str):
 def fake_run(run_dir, returns, budget, time_s):
     """A run directory as the harness writes it: config.yaml, and a metrics row every 1,000 frames."""
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(f"algo:\n  name: td3\ncollector:\n  mode: async\n  total_frames: {budget}\nseed: 1\n")
+    (run_dir / "config.yaml").write_text(
+        f"algo:\n  name: td3\ncollector:\n  mode: async\n  total_frames: {budget}\nseed: 1\n"
+    )
     lines = ["frames,time_s,train/episode_return,eval/return"]
-    lines += [f"{1000 * (i + 1)},{time_s * (i + 1) / len(returns)},{r - 50},{r}" for i, r in enumerate(returns)]
+    lines += [
+        f"{1000 * (i + 1)},{time_s * (i + 1) / len(returns)},{r - 50},{r}"
+        for i, r in enumerate(returns)
+    ]
     (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
 
 
@@ -44,26 +49,42 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
     assert cells[5] == "- / 50.0 ± 0.0 / 716.7 (1 of 2 seeds)"
     assert cells[6:9] == ["3135 ± 360 on v4 (CleanRL)", "1M", "45 s"]
     assert "below the published budget: 3,000 of 1,000,000 frames" in cells[9]
-    assert "training episodes (as CleanRL reports): 708.3 ± 11.8" in cells[9]  # last three: 716.7 and 700
+    assert (
+        "training episodes (as CleanRL reports): 708.3 ± 11.8" in cells[9]
+    )  # last three: 716.7 and 700
     assert "in progress or stopped: seed 2 at 2,000 of 3,000" in cells[9]
 
 
 def test_final_return_counts_the_final_weights_evaluation_last():
     sc = script("sota_check")
-    rows = [{"eval/return": "100"}, {"eval/return": ""}, {"eval/return": "300", "eval/final_return": "500"}]
-    assert sc.final_return(rows) == (400.0, "eval")  # the last two: 300 (older weights), 500 (the final ones)
+    rows = [
+        {"eval/return": "100"},
+        {"eval/return": ""},
+        {"eval/return": "300", "eval/final_return": "500"},
+    ]
+    assert sc.final_return(rows) == (
+        400.0,
+        "eval",
+    )  # the last two: 300 (older weights), 500 (the final ones)
     assert sc.final_return(rows[:2]) == (100.0, "eval")
     trained = [{"train/episode_return": str(r), "eval/return": ""} for r in (10, 20, 30, 40)]
-    assert sc.final_return(trained) == (30.0, "train")  # no evaluation: the last three training returns
+    assert sc.final_return(trained) == (
+        30.0,
+        "train",
+    )  # no evaluation: the last three training returns
 
 
-def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_otherwise(monkeypatch, tmp_path):
+def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_otherwise(
+    monkeypatch, tmp_path
+):
     sc = script("sota_check")
     monkeypatch.delenv("NPROC", raising=False)
     # ppo_atari's rounds are CleanRL's 8 envs as 2 collectors x 4: 1 trainer + 2 collectors.
     assert "--nproc_per_node=3" in sc.command("ppo_atari", 1, tmp_path, None, False)
     assert "--nproc_per_node=3" in sc.command("ppo_atari_pong", 1, tmp_path, None, False)
-    assert "--nproc_per_node=3" in sc.command("ppo_cartpole", 1, tmp_path, None, False)  # 2 collectors x 4 envs x 32 steps
+    assert "--nproc_per_node=3" in sc.command(
+        "ppo_cartpole", 1, tmp_path, None, False
+    )  # 2 collectors x 4 envs x 32 steps
     assert "--nproc_per_node=2" in sc.command("sac_pendulum", 1, tmp_path, None, False)
     monkeypatch.setenv("NPROC", "4")
     assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False)
@@ -85,16 +106,34 @@ def offline_run(run_dir, evaluations, last_step, time_s):
     """An offline run directory: a metrics row every 1,000 gradient steps, ``evaluations`` at the given steps."""
     run_dir.mkdir(parents=True)
     lines = ["gradient_steps,time_s,eval/return"]
-    lines += [f"{k},{time_s * k / last_step},{evaluations.get(k, '')}" for k in range(1000, last_step + 1, 1000)]
+    lines += [
+        f"{k},{time_s * k / last_step},{evaluations.get(k, '')}"
+        for k in range(1000, last_step + 1, 1000)
+    ]
     (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
 
 
 def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
     oc = script("offline_check")
-    meta = Meta(env="Hopper-v5", transitions=10, episodes=1, behaviour_return=500.0, random_return=0.0, expert_return=1000.0)
-    offline_run(tmp_path / "s1", {2000: 100, 4000: 300, 9000: 700, 10000: 900, 11000: 800}, 11000, 110)
+    meta = Meta(
+        env="Hopper-v5",
+        transitions=10,
+        episodes=1,
+        behaviour_return=500.0,
+        random_return=0.0,
+        expert_return=1000.0,
+    )
+    offline_run(
+        tmp_path / "s1", {2000: 100, 4000: 300, 9000: 700, 10000: 900, 11000: 800}, 11000, 110
+    )
     offline_run(tmp_path / "s2", {3000: 500, 6000: 600}, 6000, 60)  # stopped before 10k
-    row = oc.offline_row("CQL (variant)", "Hopper-v5 medium", [tmp_path / "s1", tmp_path / "s2"], meta, (5000, 10000, 50000))
+    row = oc.offline_row(
+        "CQL (variant)",
+        "Hopper-v5 medium",
+        [tmp_path / "s1", tmp_path / "s2"],
+        meta,
+        (5000, 10000, 50000),
+    )
     cells = [c.strip() for c in row.strip("|").split("|")]
     # Final: the mean of the last three evaluations per seed (800, 550); at 5k the newest evaluations by then (300, 500), at 10k
     # seed 1's alone, at 50k none.
@@ -119,5 +158,7 @@ def test_offline_section_keeps_other_rows_and_replaces_its_own(tmp_path):
     oc.replace_section(out, head + "| CQL | X | new |\n")
     oc.replace_section(out, head + "| CQL (variant) | X |\n")
     text = out.read_text()
-    assert "| IQL | X |\n| CQL | X | new |\n| CQL (variant) | X |\n" in text  # CQL's row replaced, the others kept
+    assert (
+        "| IQL | X |\n| CQL | X | new |\n| CQL (variant) | X |\n" in text
+    )  # CQL's row replaced, the others kept
     assert text.endswith("\n## Later\nkept\n") and text.count("## Offline") == 1

@@ -75,21 +75,38 @@ def test_a_run_ends_with_one_summary_whose_commands_work_as_written(finished_run
     table = rows(run_dir)
     block = summary_block(out.stdout)
     assert len(block) <= 10 and not CONTROL.search("\n".join(block)), block
-    assert out.stdout.rindex(block[0]) > out.stdout.rindex("frames       1,024/1,024")  # after the last progress line
+    assert out.stdout.rindex(block[0]) > out.stdout.rindex(
+        "frames       1,024/1,024"
+    )  # after the last progress line
     trained = re.fullmatch(r"run finished: frames 1,024 of 1,024, trained for ([\d.]+) s", block[0])
-    assert trained and float(trained[1]) >= float(table[-1]["time_s"]) - 0.05, block  # the run's clock, read at the end
+    assert trained and float(trained[1]) >= float(table[-1]["time_s"]) - 0.05, (
+        block
+    )  # the run's clock, read at the end
     train, final = column(table, "train/episode_return")[-1], float(table[-1]["eval/final_return"])
     assert block[1] == f"  return:   train {train:.1f} | eval {final:.1f} (final weights)"
     assert block[2] == f"  run_dir:  {run_dir}"
-    assert f"  train on: the same command with run_dir={run_dir} collector.total_frames=2048" in block
+    assert (
+        f"  train on: the same command with run_dir={run_dir} collector.total_frames=2048" in block
+    )
 
     # The commands, pasted into a shell somewhere else.
-    plot = subprocess.run(command(block, "plot"), cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=300)
+    plot = subprocess.run(
+        command(block, "plot"),
+        cwd=tmp_path,
+        env=launch_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plot.returncode == 0, plot.stderr[-3000:]
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    evaluate = subprocess.run(command(block, "evaluate"), cwd=tmp_path, env=launch_env(), capture_output=True, text=True)
+    evaluate = subprocess.run(
+        command(block, "evaluate"), cwd=tmp_path, env=launch_env(), capture_output=True, text=True
+    )
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
-    assert re.search(rf": return {final:.2f} ± [\d.]+ over 1 deterministic episodes", evaluate.stdout), evaluate.stdout
+    assert re.search(
+        rf": return {final:.2f} ± [\d.]+ over 1 deterministic episodes", evaluate.stdout
+    ), evaluate.stdout
 
 
 @pytest.mark.e2e
@@ -111,11 +128,17 @@ def test_the_last_progress_line_shows_the_final_weights_evaluation(finished_run)
 @pytest.mark.unit
 def test_figures_take_the_final_evaluation_as_the_latest_and_the_version_gap_for_the_lag():
     figures = Figures()
-    figures.update({"train/episode_return": 20.0, "eval/return": -1588.1, "collect/policy_lag_mean": 0.0})
+    figures.update(
+        {"train/episode_return": 20.0, "eval/return": -1588.1, "collect/policy_lag_mean": 0.0}
+    )
     assert figures.text() == "return 20.0 | eval -1588.1 | lag 0.00" and not figures.eval_final
-    figures.update({"train/episode_return": float("nan"), "eval/return": -900.0, "eval/final_return": -283.75})
+    figures.update(
+        {"train/episode_return": float("nan"), "eval/return": -900.0, "eval/final_return": -283.75}
+    )
     assert figures.text() == "return 20.0 | eval -283.8 | lag 0.00" and figures.eval_final
-    figures.update({"collect/policy_lag_mean": 0.0, "sync/version_gap": 16})  # sync=none: a lag of 0 says nothing
+    figures.update(
+        {"collect/policy_lag_mean": 0.0, "sync/version_gap": 16}
+    )  # sync=none: a lag of 0 says nothing
     assert figures.text() == "return 20.0 | eval -283.8 | gap 16"
 
 
@@ -124,25 +147,42 @@ def test_threads_auto_takes_omp_num_threads_and_the_layout_says_so(finished_run,
     """scripts/*.sh (and here the test's environment) export OMP_NUM_THREADS=1: every rank takes it. One process
     took every core's thread: 18.8 s for NPROC=1 scripts/train.sh debug=tiny on 2 busy cores, 5.6 s with one
     (issue 30, item 12)."""
-    one = run_harness([*TINY, "logger.console=false", "trainer.threads=auto", "run_dir=run"], workdir)
+    one = run_harness(
+        [*TINY, "logger.console=false", "trainer.threads=auto", "run_dir=run"], workdir
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    assert "  rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)" in one.stdout
+    assert (
+        "  rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
+        in one.stdout
+    )
     said = finished_run.out.stdout
-    assert "  rank 0 trainer: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)" in said, said[:3000]
+    assert (
+        "  rank 0 trainer: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)" in said
+    ), said[:3000]
     for rank in (1, 2):
-        assert f"  rank {rank} collector: cpu, 1 thread (OMP_NUM_THREADS; collector.threads=N overrides it)" in said
+        assert (
+            f"  rank {rank} collector: cpu, 1 thread (OMP_NUM_THREADS; collector.threads=N overrides it)"
+            in said
+        )
 
 
 @pytest.mark.e2e
 def test_tensorboard_holds_the_config_as_a_table_without_secrets(finished_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(finished_run.run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events = EventAccumulator(
+        str(finished_run.run_dir / "tensorboard"), size_guidance={"tensors": 0}
+    )
     events.Reload()
     (written,) = events.Tensors("hyperparameters/text_summary")
     table = written.tensor_proto.string_val[0].decode()
     assert written.step == 0 and table.startswith("|setting|value|\n|-|-|\n"), table[:200]
-    for row in ("|algo.name|ppo|", "|env.id|CartPole-v1|", "|collector.total_frames|1024|", "|seed|1|"):
+    for row in (
+        "|algo.name|ppo|",
+        "|env.id|CartPole-v1|",
+        "|collector.total_frames|1024|",
+        "|seed|1|",
+    ):
         assert row in table, table
     assert "${oc.env:HARNESS_TEST_TOKEN}" in table  # as config.yaml holds it: unresolved
     files = list((finished_run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
@@ -154,10 +194,17 @@ def test_sync_none_shows_the_version_gap_and_warns_an_on_policy_algorithm_once(w
     out = run_harness([*TINY, "sync=none", "run_dir=run"], workdir, nproc=3)
     assert out.returncode == 0, out.stderr[-3000:]
     said = out.stdout + out.stderr
-    assert said.count("sync=none: the collectors keep the weights they start with, but algo=ppo learns on-policy") == 1
+    assert (
+        said.count(
+            "sync=none: the collectors keep the weights they start with, but algo=ppo learns on-policy"
+        )
+        == 1
+    )
     table = rows(workdir / "run")
     gaps = [int(float(r["sync/version_gap"])) for r in table]
-    assert gaps == [int(r["sync/version"]) for r in table] and gaps[-1] > 0  # a fresh run: version 0 went out first
+    assert (
+        gaps == [int(r["sync/version"]) for r in table] and gaps[-1] > 0
+    )  # a fresh run: version 0 went out first
     lines = [line for line in out.stdout.splitlines() if PROGRESS.fullmatch(line)]
     assert [line.rsplit("| gap ", 1)[-1] for line in lines] == [str(g) for g in gaps], lines
     assert not any("| lag " in line for line in lines)
@@ -167,8 +214,15 @@ def test_sync_none_shows_the_version_gap_and_warns_an_on_policy_algorithm_once(w
 def test_evaluate_help_prints_the_usage_and_exits_0(workdir):
     for args in (["--help"], ["-h"], ["runs/some-run", "--help"]):
         out = subprocess.run(
-            [sys.executable, "-m", "harness.cli.evaluate", *args], cwd=workdir, env=launch_env(), capture_output=True, text=True
+            [sys.executable, "-m", "harness.cli.evaluate", *args],
+            cwd=workdir,
+            env=launch_env(),
+            capture_output=True,
+            text=True,
         )
         assert out.returncode == 0, (args, out.stdout, out.stderr)
-        assert out.stdout.startswith("usage: python -m harness.cli.evaluate RUN_DIR") and "episodes=N" in out.stdout, out.stdout
+        assert (
+            out.stdout.startswith("usage: python -m harness.cli.evaluate RUN_DIR")
+            and "episodes=N" in out.stdout
+        ), out.stdout
         assert not out.stderr, out.stderr

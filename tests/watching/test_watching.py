@@ -46,17 +46,24 @@ def wandb_records(run_dir: Path) -> list:
 def wandb_history(run_dir: Path) -> list[dict]:
     """History rows of the newest offline wandb run in ``run_dir``."""
     return [
-        {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        {
+            item.key or "/".join(item.nested_key): json.loads(item.value_json)
+            for item in record.history.item
+        }
         for record in wandb_records(run_dir)
         if record.WhichOneof("record_type") == "history"
     ]
 
 
 def test_offline_wandb_run_holds_the_logged_metrics(workdir):
-    out = run_harness([*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=3)
+    out = run_harness(
+        [*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=3
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     said = out.stdout + out.stderr
-    assert "wandb sync " in out.stdout and said.count("wandb sync ") == 1, said[-3000:]  # how to upload it later: once
+    assert "wandb sync " in out.stdout and said.count("wandb sync ") == 1, said[
+        -3000:
+    ]  # how to upload it later: once
     history = wandb_history(workdir / "run")
     assert [row["frames"] for row in history] == [256, 512, 768, 1024]
     for key in (
@@ -72,17 +79,33 @@ def test_offline_wandb_run_holds_the_logged_metrics(workdir):
     ):
         assert key in history[-1], key
     assert history[-1]["sync/bytes"] > 1000
-    run = next(r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run")
+    run = next(
+        r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run"
+    )
     # One group per experiment (shared by a sweep's runs), named after the run directory, tagged algo, env, scheme.
-    assert run.display_name == "run" and run.run_group and list(run.tags)[:3] == ["ppo", "CartPole-v1", "gloo"]
+    assert (
+        run.display_name == "run"
+        and run.run_group
+        and list(run.tags)[:3] == ["ppo", "CartPole-v1", "gloo"]
+    )
 
 
 def test_resumed_run_continues_the_same_wandb_run(workdir):
-    first = run_harness([*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=1)
+    first = run_harness(
+        [*TINY, "logger=wandb", "logger.mode=offline", "run_dir=run"], workdir, nproc=1
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     run_id = (workdir / "run" / "wandb_id").read_text()
     second = run_harness(
-        [*TINY, "logger=wandb", "logger.mode=offline", "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1
+        [
+            *TINY,
+            "logger=wandb",
+            "logger.mode=offline",
+            "collector.total_frames=1536",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=1,
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert (workdir / "run" / "wandb_id").read_text() == run_id
@@ -95,7 +118,10 @@ def test_broken_wandb_does_not_stop_training_and_never_prints_the_key(workdir):
     secret = "0123456789abcdef0123456789abcdef01234567"
     env = {"WANDB_API_KEY": secret, "WANDB_BASE_URL": "http://127.0.0.1:9"}  # nothing listens there
     out = run_harness(
-        [*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=5", "run_dir=run"], workdir, nproc=1, env=env
+        [*TINY, "logger=wandb", "logger.mode=online", "logger.init_timeout_s=5", "run_dir=run"],
+        workdir,
+        nproc=1,
+        env=env,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
@@ -115,14 +141,21 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
 
     def plot(*args: str) -> None:
         done = subprocess.run(
-            [sys.executable, str(ROOT / "scripts/plot.py"), *args], cwd=workdir, env=launch_env(), capture_output=True, text=True
+            [sys.executable, str(ROOT / "scripts/plot.py"), *args],
+            cwd=workdir,
+            env=launch_env(),
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, done.stderr
 
     plot("seed1", "seed2", "--out", "curves.png")
     png = (workdir / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-    for seed in (1, 2):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
+    for seed in (
+        1,
+        2,
+    ):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
         (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
         (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
     plot("--presets", "sota", "--out-dir", "plots")  # a folder not made yet
