@@ -1,4 +1,5 @@
-"""Atari collection: the bare vector env, a collector against a plain loop, bytes per frame, and the job.
+"""Atari collection: the bare vector env, a collector against a plain loop, bytes per frame, and the
+job.
 
     python benchmarks/atari.py --json /tmp/atari.json
 

@@ -1,8 +1,9 @@
-"""``ppo_atari`` side by side with CleanRL's ``ppo_atari_envpool.py``, run unmodified: same game, same frames
-(agent steps, as CleanRL counts them), seeds interleaved (harness, CleanRL, harness, ...) so that a noisy machine
-hits both alike.
+"""``ppo_atari`` side by side with CleanRL's ``ppo_atari_envpool.py``, run unmodified: same game,
+same frames (agent steps, as CleanRL counts them), seeds interleaved (harness, CleanRL, harness,
+...) so that a noisy machine hits both alike.
 
-CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old ``gym``):
+CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old
+``gym``):
 
     python3.11 -m venv /tmp/cleanrl/.venv
     /tmp/cleanrl/.venv/bin/pip install torch envpool==0.8.4 gym==0.23.1 tyro tensorboard 'numpy<2'
@@ -11,22 +12,22 @@ CleanRL's script lives outside this repository, in its own environment (it needs
     python benchmarks/cleanrl_atari.py --python /tmp/cleanrl/.venv/bin/python \\
         --script /tmp/cleanrl/ppo_atari_envpool.py --frames 286720 --keep /tmp/cleanrl_atari --json /tmp/cleanrl_atari.json
 
-(envpool 0.8.4: CleanRL pins envpool below 0.7, which has no wheel for Python 3.11, and 1.x's ``gym`` flavour no
-longer runs the script unmodified.)
+(envpool 0.8.4: CleanRL pins envpool below 0.7, which has no wheel for Python 3.11, and 1.x's
+``gym`` flavour no longer runs the script unmodified.)
 
 Each side is launched as its users launch it: CleanRL as ``python ppo_atari_envpool.py --seed S
 --total-timesteps N`` (torch's default threads: every core), the harness as ``torchrun --nproc_per_node=3 -m
 harness.train experiment=ppo_atari seed=S collector.total_frames=N`` with ``OMP_NUM_THREADS=1`` (what
 ``scripts/train.sh`` sets) and ``--harness-overrides``. Both anneal the learning rate to 0 at N frames.
 
-Reported per side (medians over seeds, and each seed): frames/s over the whole launch (N / wall time, start-up
-included) and in steady state (the harness's median ``collect/frames_per_s``, CleanRL's last printed SPS); the
-mean training-episode return (raw game score, lives summed) of the episodes that ended in the last
-``--window`` frames before N/2 and before N.
+Reported per side (medians over seeds, and each seed): frames/s over the whole launch (N / wall
+time, start-up included) and in steady state (the harness's median ``collect/frames_per_s``,
+CleanRL's last printed SPS); the mean training-episode return (raw game score, lives summed) of the
+episodes that ended in the last ``--window`` frames before N/2 and before N.
 
-Where one sitting cannot hold every seed (1M frames a run is 60 to 85 minutes a seed here, both sides), run one
-seed per sitting, each side by side, and report them together: ``--merge a.json b.json c.json [--json all.json]``.
-"""
+Where one sitting cannot hold every seed (1M frames a run is 60 to 85 minutes a seed here, both
+sides), run one seed per sitting, each side by side, and report them together: ``--merge a.json
+b.json c.json [--json all.json]``."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def run_harness(
     seed: int, frames: int, window: int, overrides: list[str], keep: Path | None
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    rows = run_job(  # its rows after the first, which holds start-up; the half and the end are among them
+    # its rows after the first, which holds start-up; the half and the end are among them
+    rows = run_job(
         3,
         [
             "experiment=ppo_atari",
@@ -152,7 +154,8 @@ def report(
 
 
 def merged(paths: list[str]) -> dict[str, Any]:
-    """One report of the runs in several ``--json`` files (seeds run in separate sittings, each side by side)."""
+    """One report of the runs in several ``--json`` files (seeds run in separate sittings, each side
+    by side)."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
     settings = {(r["frames"], r["window"], tuple(r["overrides"])) for r in parts}
     if len(settings) != 1:

@@ -18,11 +18,11 @@ and ``vs_bare_cpu`` the same in frames per CPU second of the collector's
 process (its helper threads included), which other processes' load on a
 shared machine disturbs far less.
 
-Then end to end, PPO on CartPole-v1 through ``torchrun`` with 1 and 2
-collectors (``e2e/1_collector``, ``e2e/2_collectors``), frames learned per
-second as the run logs it (median of its rows; 2 cores here, so 2 collectors
-and a trainer share them). Rows: ``{"case", "frames_per_s"}`` (bare and collector: and ``frames_per_cpu_s``; collector: and ``vs_bare``, ``vs_bare_cpu``).
-"""
+Then end to end, PPO on CartPole-v1 through ``torchrun`` with 1 and 2 collectors
+(``e2e/1_collector``, ``e2e/2_collectors``), frames learned per second as the run logs it (median of
+its rows; 2 cores here, so 2 collectors and a trainer share them). Rows: ``{"case",
+"frames_per_s"}`` (bare and collector: and ``frames_per_cpu_s``; collector: and ``vs_bare``,
+``vs_bare_cpu``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A benchmark's training job: ``torchrun ... -m harness.train`` in a temporary run directory, its rows back."""
+"""A benchmark's training job: ``torchrun ... -m harness.train`` in a temporary run directory, its
+rows back."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def job_command(nproc: int, overrides: list[str], run_dir: str) -> list[str]:
-    """``torchrun ... -m harness.train`` of this checkout with ``overrides``, quiet, without checkpoints, in ``run_dir``."""
+    """``torchrun ... -m harness.train`` of this checkout with ``overrides``, quiet, without
+    checkpoints, in ``run_dir``."""
     torchrun = str(Path(sys.executable).parent / "torchrun")
     quiet = ["logger.console=false", "checkpoint.every_frames=0", f"run_dir={run_dir}"]
     return [
@@ -41,9 +43,10 @@ def run_job(
     timeout: float | None = 3600,
     keep: Path | None = None,
 ) -> list[dict[str, str]]:
-    """One launch of this checkout's harness (every process with one thread, ``benchmarks/`` importable for its
-    envs) with ``overrides``; the rows of its metrics.csv, the first one (start-up) left out. ``keep``: a
-    directory to copy the run's metrics.csv and config.yaml into."""
+    """One launch of this checkout's harness (every process with one thread, ``benchmarks/``
+    importable for its envs) with ``overrides``; the rows of its metrics.csv, the first one
+    (start-up) left out. ``keep``: a directory to copy the run's metrics.csv and config.yaml
+    into."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = job_command(nproc, overrides, f"{tmp}/run")
         variables = job_env(env)

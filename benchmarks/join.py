@@ -1,4 +1,5 @@
-"""Collectors of a second launch join a running job over a network, then leave it: does intake follow them?
+"""Collectors of a second launch join a running job over a network, then leave it: does intake
+follow them?
 
 Two network namespaces stand in for two nodes (harness/testing/netns.py;
 root and iproute2 needed). On the first, a 1 trainer + 2 collector job (async

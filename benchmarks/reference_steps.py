@@ -70,7 +70,8 @@ class Actor(nn.Module):
 
 
 def parts(d: TensorDict, device: str, q_lr: float = 3e-4) -> SimpleNamespace:
-    """The batch's tensors, a SAC actor, twin critics with targets and their Adam, as CleanRL names them."""
+    """The batch's tensors, a SAC actor, twin critics with targets and their Adam, as CleanRL names
+    them."""
     obs, act = d["obs"].shape[1], d["action"].shape[1]
     n = SimpleNamespace(
         o=d["obs"],

@@ -1,7 +1,8 @@
 """The job grown: start-up, weight sync and batch intake with 2 to 32 collectors.
 
-    python benchmarks/scale.py --json bench-scale.json          # every size and scheme (rows written after each case)
-    python benchmarks/scale.py --quick --json /tmp/scale.json   # 2 collectors, the smoke run
+    python benchmarks/scale.py --json bench-scale.json          # every size and scheme (rows
+    written after each case) python benchmarks/scale.py --quick --json /tmp/scale.json   # 2
+    collectors, the smoke run
 
 Each case is one real launch: ``torchrun`` with 1 trainer + N collectors on
 one node, or (``nodes=2``, where network namespaces can be made: root and
@@ -159,7 +160,8 @@ def trainer(cfg, layout, groups, models, opts) -> dict:
 
 
 def windows(receiver, seconds: int, skip_s: float = 0.0) -> list[float]:
-    """Frames taken per second, in 1-second windows (after ``skip_s`` of taking without counting)."""
+    """Frames taken per second, in 1-second windows (after ``skip_s`` of taking without
+    counting)."""
     start = time.monotonic()
     while time.monotonic() < start + skip_s:
         receiver.receive_any()
@@ -255,7 +257,8 @@ def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
         "scheme": scheme,
         "startup_s": (result["first_batch_ns"] - launched_ns) / 1e9,
         "after_imports_s": (result["first_batch_ns"] - result["marks"]["imported"]) / 1e9,
-        # when the last rank had imported, composed its config and made its process groups (from the launch)
+        # when the last rank had imported, composed its config and made its process groups (from the
+        # launch)
         **{f"{k}_s": (ns - launched_ns) / 1e9 for k, ns in result["marks"].items()},
         "sync_ms_median": statistics.median(last),
         "sync_ms_p90": statistics.quantiles(last, n=10)[-1],

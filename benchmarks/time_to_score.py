@@ -16,10 +16,9 @@ Seeds run interleaved (this build, the other, the reference, this build, ...)
 so that a noisy machine hits all alike; medians are reported. Every process
 runs with ``OMP_NUM_THREADS=1``, as ``scripts/train.sh`` launches the harness.
 
-    python benchmarks/time_to_score.py --json /tmp/time_to_score.json
-    git worktree add /tmp/before <commit> && python benchmarks/time_to_score.py --against /tmp/before
-    python benchmarks/time_to_score.py --variant async collector.mode=async --no-reference
-"""
+    python benchmarks/time_to_score.py --json /tmp/time_to_score.json git worktree add /tmp/before
+    <commit> && python benchmarks/time_to_score.py --against /tmp/before python
+    benchmarks/time_to_score.py --variant async collector.mode=async --no-reference"""
 
 from __future__ import annotations
 
@@ -41,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def reference_ppo(seed: int, frames: int, log_every: int) -> None:
-    """CleanRL ppo.py's algorithm and settings, one process; prints ``frames mean_return`` per window."""
+    """CleanRL ppo.py's algorithm and settings, one process; prints ``frames mean_return`` per
+    window."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -139,8 +139,8 @@ def watch(
     code: Path = ROOT,
     timeout: float = 1800,
 ) -> tuple[float | None, float]:
-    """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to ``out.txt`` there,
-    and poll ``returns(directory)``, the window returns so far, until it ends.
+    """Launch ``cmd`` (importing ``harness`` from ``code``) in a temporary directory, output to
+    ``out.txt`` there, and poll ``returns(directory)``, the window returns so far, until it ends.
     Returns (seconds from launch to the first window >= score, or None; seconds to the end)."""
     with tempfile.TemporaryDirectory() as tmp:
         return _watch(cmd(tmp), tmp, returns, score, code, timeout)

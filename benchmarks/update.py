@@ -1,6 +1,7 @@
 """Time per gradient update of each algorithm against two yardsticks, and replay throughput.
 
-    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--amp] [--only sac td3]
+    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--amp] [--only
+    sac td3]
 
 Measured in the same run, in interleaved rounds (a shared machine's load falls
 on all alike), medians: ``update/<algo>``, the harness's step (``algo.learn``
@@ -70,7 +71,8 @@ def timed(fns: dict[str, Step], repeats: int, sync: Callable[[], None]) -> dict[
 
 
 class MatmulShapes(TorchDispatchMode):
-    """Records ``(m, k, n)`` of every matrix multiplication that runs (backward's too); a batched one counts per matrix."""
+    """Records ``(m, k, n)`` of every matrix multiplication that runs (backward's too); a batched
+    one counts per matrix."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,7 +89,8 @@ class MatmulShapes(TorchDispatchMode):
 
 
 def limit_of(step: Step, device: str) -> Step:
-    """The matrix multiplications ``step`` runs, as raw ``torch.mm`` calls on operands made beforehand."""
+    """The matrix multiplications ``step`` runs, as raw ``torch.mm`` calls on operands made
+    beforehand."""
     with MatmulShapes() as seen:
         step()
     operands = [
@@ -202,7 +205,8 @@ def update_rows(
     amp: bool = False,
     written: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
-    """Every case's rows; ``written`` gets the rows so far after each case (a run cut short keeps them)."""
+    """Every case's rows; ``written`` gets the rows so far after each case (a run cut short keeps
+    them)."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     rows: list[dict] = []
     chosen = [c for c in cases(device) if not only or c[0] in only]

@@ -1,7 +1,8 @@
 """Publish-to-applied latency of every weight sync scheme that runs here.
 
-    python benchmarks/weight_sync.py --json bench-weight_sync.json [--sizes 100000 1000000 10000000] [--repeats 3]
-    python benchmarks/weight_sync.py --publisher-device cuda --sizes 10000000 --schemes d2h gloo shm hierarchical
+    python benchmarks/weight_sync.py --json bench-weight_sync.json [--sizes 100000 1000000 10000000]
+    [--repeats 3] python benchmarks/weight_sync.py --publisher-device cuda --sizes 10000000
+    --schemes d2h gloo shm hierarchical
 
 Real spawned ranks: one publisher (rank 0) and two subscribers. Each sample:
 rank 0 stamps the clock, publishes, and every subscriber notes when the update
@@ -119,7 +120,8 @@ def per_param_rank(rank: int, world: int, params: int, samples: int) -> list[flo
 
 
 def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[float]:
-    """``shm_copy_ack``: rank 0 copies into shared memory and rings; every other rank wakes, notes the time, acknowledges."""
+    """``shm_copy_ack``: rank 0 copies into shared memory and rings; every other rank wakes, notes
+    the time, acknowledges."""
     from multiprocessing import shared_memory
 
     torch.set_num_threads(1)
@@ -154,7 +156,8 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
 def copy_ack_samples(
     rank: int, world: int, buf, offset: int, source: torch.Tensor, samples: int
 ) -> list[float]:
-    # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber acknowledged...]
+    # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber
+    # acknowledged...]
     control = np.ndarray((3 + world,), dtype=np.int64, buffer=buf)
     target = torch.frombuffer(buf, dtype=torch.uint8, count=source.numel(), offset=offset)
     bell, ack_bell = control.ctypes.data, control.ctypes.data + 8
@@ -180,7 +183,9 @@ def copy_ack_samples(
             latencies.append((time.monotonic_ns() - int(control[2])) / 1e6)
             control[3 + rank] = version
             control[1] += (
-                1  # not atomic: two subscribers may add one between them, but the word changes, which is all a sleeper needs
+                # not atomic: two subscribers may add one between them, but the word changes, which
+                # is all a sleeper needs
+                1
             )
             futex.wake(ack_bell)
     dist.barrier()
@@ -188,7 +193,8 @@ def copy_ack_samples(
 
 
 def memcpy(params: int, samples: int, source: str = "cpu") -> list[float]:
-    """One copy of the model's bytes into CPU memory (pinned when ``source`` is a GPU: the ``d2h`` reference)."""
+    """One copy of the model's bytes into CPU memory (pinned when ``source`` is a GPU: the ``d2h``
+    reference)."""
     torch.set_num_threads(1)
     nbytes = sum(p.numel() * 4 for p in make_model(params).parameters())
     gpu = source.startswith("cuda")
@@ -215,7 +221,8 @@ def gather(results: dict) -> list[float]:
 def measure(
     scheme: str, world: int, params: int, samples: int, publisher: str = "cpu"
 ) -> list[float]:
-    """One launch of ``scheme`` (or a reference) with rank 0's model on ``publisher``: the subscribers' latencies, ms."""
+    """One launch of ``scheme`` (or a reference) with rank 0's model on ``publisher``: the
+    subscribers' latencies, ms."""
     if scheme == "d2h":
         return memcpy(params, samples * 5, publisher)[5:]
     if scheme == "gloo_per_param":
@@ -226,7 +233,8 @@ def measure(
 
 
 def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
-    """``median_ms``: the median over launches of each launch's median; ``p90_ms`` over every sample."""
+    """``median_ms``: the median over launches of each launch's median; ``p90_ms`` over every
+    sample."""
     q = statistics.quantiles([ms for run in runs for ms in run], n=10)
     medians = [statistics.median(run) for run in runs]
     return {

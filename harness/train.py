@@ -1,16 +1,25 @@
 """The entry point: one process per rank.
 
-    torchrun --nproc_per_node=3 -m harness.train                # 1 trainer + 2 collectors
-    torchrun --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000
-    python -m harness.train debug=tiny                          # world size 1: trains and collects
-    srun --ntasks=3 python -m harness.train                     # SLURM starts the ranks (no torchrun)
-    python -m harness.train -m hydra/launcher=submitit_slurm seed=1,2   # a sweep: one SLURM job per combination
+    torchrun --nproc_per_node=3 -m harness.train                # 1 trainer + 2 collectors torchrun
+    --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000 python -m
+    harness.train debug=tiny                          # world size 1: trains and collects srun
+    --ntasks=3 python -m harness.train                     # SLURM starts the ranks (no torchrun)
+    python -m harness.train -m hydra/launcher=submitit_slurm seed=1,2   # a sweep: one SLURM job per
+    combination
 
 Compose and validate the config, find this rank's role, make the process
 groups and the shared run directory, run the role's loop, shut down cleanly.
 """
 
 from __future__ import annotations
+
+from harness.distributed import signals
+
+if __name__ == "__main__":
+    # `python -m harness.train` (torchrun's workers, srun's tasks): a Ctrl-C while torch and Hydra
+    # import (seconds) ends the process at once, without a traceback from every rank. A program
+    # that imports this module keeps its own handler.
+    signals.quiet_interrupt()
 
 import logging
 import os
@@ -29,7 +38,6 @@ from harness.algos import ALGOS
 from harness.cli import errors as cli
 from harness.config import Config, load, register_configs
 from harness.data import dataset
-from harness.distributed import signals
 from harness.distributed.placement import check_devices, describe_all, place
 from harness.distributed.setup import (
     Groups,
@@ -182,10 +190,9 @@ def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(raw: DictConfig) -> None:
-    # Ctrl-C during start-up stops at once, without a traceback (harness/__init__.py: before torch is imported).
-    signals.install(
-        interrupt=False
-    )  # a scheduler's SIGTERM during start-up: stop at the first safe point, as later
+    # A scheduler's SIGTERM during start-up: stop at the first safe point, as later. Ctrl-C still
+    # stops at once, as during the imports (this module's first lines).
+    signals.install(interrupt=False)
     with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
         cfg = load(raw)  # every value checked before any process group exists
         check_dataset(cfg)
@@ -202,7 +209,8 @@ def main(raw: DictConfig) -> None:
             cfg.sync.name,
             layout.single_process,
         )
-    # Each rank checks its own role's device: the first rank of that role on the node says what is wrong.
+    # Each rank checks its own role's device: the first rank of that role on the node says what is
+    # wrong.
     with cli.user_errors(speaker=layout.rank == layout.first_of_role_on_node):
         threads = (cfg.trainer.threads, cfg.collector.threads)
         placement = place(
@@ -248,7 +256,8 @@ def main(raw: DictConfig) -> None:
             if tuned := tuned_settings(raw):
                 log.info("%s", tuned)
         # From here on a first Ctrl-C, too, means: checkpoint at the next safe point, then exit
-        # (SIGTERM and SIGUSR1 meant it from the start). Before, during start-up, it stops the process at once.
+        # (SIGTERM and SIGUSR1 meant it from the start). Before, during start-up, it stops the
+        # process at once.
         signals.install(announce=layout.rank == 0)
         run_role(cfg, layout, groups, run_dir)
     finally:

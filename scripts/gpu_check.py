@@ -45,8 +45,9 @@ ALGOS = [
     "iql",
     "cql",
 ]  # timed in this order: the costliest compile last
-# Seconds each step may take on the GPU machine (compile times included: ppo_atari compiles its update). On one
-# GPU (no nccl step) they add up to 60 + 3 x 25 + 3 x 35 + 75 + 120 + 45 + 55 = 535 s, 9 minutes.
+# Seconds each step may take on the GPU machine (compile times included: ppo_atari compiles its
+# update). On one GPU (no nccl step) they add up to 60 + 3 x 25 + 3 x 35 + 75 + 120 + 45 + 55 = 535
+# s, 9 minutes.
 BUDGET_S = {
     "tests": 60,
     "ppo_cartpole": 25,
@@ -106,7 +107,8 @@ class Check:
     def run(
         self, name: str, cmd: list[str], budget_s: float, cwd: Path = ROOT
     ) -> tuple[str, float, str]:
-        """``cmd`` to its end or its budget; (status, seconds, output). The output goes to logs/<name>.log."""
+        """``cmd`` to its end or its budget; (status, seconds, output). The output goes to
+        logs/<name>.log."""
         env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",
@@ -115,7 +117,8 @@ class Check:
         }
         start, limit = time.monotonic(), budget_s * self.scale
         print(f"[gpu_check] {name}: {' '.join(cmd)} (budget {limit:.0f} s)", flush=True)
-        # A session of its own: past its budget the whole of it goes (torchrun's ranks too), not the launcher alone.
+        # A session of its own: past its budget the whole of it goes (torchrun's ranks too), not the
+        # launcher alone.
         proc = subprocess.Popen(
             cmd,
             cwd=cwd,

@@ -1,4 +1,5 @@
-"""Make a "medium" dataset with the harness, run IQL and CQL on it, write their section of docs/results.md.
+"""Make a "medium" dataset with the harness, run IQL and CQL on it, write their section of
+docs/results.md.
 
     scripts/offline_check.sh                    # Pendulum (about 15 minutes on 2 cores)
     scripts/offline_check.sh --task hopper      # Hopper (SAC to 1M frames first: a bigger machine)
@@ -52,7 +53,8 @@ BIN = Path(sys.executable).parent
 @dataclass(frozen=True)
 class Task:
     env: str
-    expert: str  # the preset of the expert run and of the checkpointed run the behaviour policy comes from
+    # the preset of the expert run and of the checkpointed run the behaviour policy comes from
+    expert: str
     frames: int  # of the checkpointed run
     every: int  # its checkpoint spacing
     band: tuple[float, float]  # the behaviour return a checkpoint must score to be chosen
@@ -88,9 +90,10 @@ def torchrun(nproc: int, module: str, *overrides: str) -> None:
 
 
 def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium: Path) -> Path:
-    """The first checkpoint of the ``medium`` run whose policy scores inside the task's band (training the
-    expert and that run first, with SAC, if they are missing); the choice is kept in the run, so that datasets of
-    other seeds come from the same behaviour policy without probing again."""
+    """The first checkpoint of the ``medium`` run whose policy scores inside the task's band
+    (training the expert and that run first, with SAC, if they are missing); the choice is kept in
+    the run, so that datasets of other seeds come from the same behaviour policy without probing
+    again."""
     spec = TASKS[task]
     if not (expert / "checkpoints").exists():
         torchrun(
@@ -140,7 +143,8 @@ def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium
 def make_dataset(
     task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None
 ) -> Path:
-    """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written unless it exists."""
+    """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written
+    unless it exists."""
     spec = TASKS[task]
     out = root / "datasets" / (f"{task}-medium" if seed == 1 else f"{task}-medium-seed{seed}")
     if (out / "meta.json").exists():
@@ -170,9 +174,10 @@ SCORED_AT = (
 
 
 def replace_section(out: Path, section: str) -> None:
-    """Put ``section`` (it starts with its ``## `` heading) into ``out`` in place of the section of the same
-    heading; table rows of the old section whose first two cells no new row has (another algorithm's, or the
-    same one's under another ``--label``) are kept. The rest of the file stays."""
+    """Put ``section`` (it starts with its ``## `` heading) into ``out`` in place of the section of
+    the same heading; table rows of the old section whose first two cells no new row has (another
+    algorithm's, or the same one's under another ``--label``) are kept. The rest of the file
+    stays."""
     text = out.read_text() if out.exists() else "# Results\n"
     heading = section.strip().splitlines()[0]
     start = text.find("\n" + heading)
@@ -215,8 +220,8 @@ def evaluations(rows: list[dict]) -> list[tuple[float, float]]:
 def normalised_at(
     rows: list[dict], steps: int, normalized: Callable[[float], float | None]
 ) -> float:
-    """The normalised score of the newest evaluation at or before ``steps`` gradient steps; nan if the run
-    had not got that far."""
+    """The normalised score of the newest evaluation at or before ``steps`` gradient steps; nan if
+    the run had not got that far."""
     if float(rows[-1]["gradient_steps"]) < steps:
         return math.nan
     returns = [e for at, e in evaluations(rows) if at <= steps]
@@ -232,9 +237,9 @@ def score(normalised: float | None) -> str:
 def offline_row(
     name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]
 ) -> str:
-    """One table row from finished run directories: the final return (the mean of each seed's last three
-    evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the behaviour return and
-    the wall time (``time_s`` of each run's last row, mean over seeds)."""
+    """One table row from finished run directories: the final return (the mean of each seed's last
+    three evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the
+    behaviour return and the wall time (``time_s`` of each run's last row, mean over seeds)."""
     tables = [list(csv.DictReader((d / "metrics.csv").open())) for d in run_dirs]
     finals = [statistics.mean([e for _, e in evaluations(rows)][-3:]) for rows in tables]
     mean = statistics.mean(finals)
@@ -257,9 +262,9 @@ def offline_row(
 
 
 def train_all(runs: list[tuple[Path, list[str]]], nproc: int, jobs: int) -> None:
-    """``harness.train`` with each run's overrides, ``jobs`` launches at a time (each 1 trainer + NPROC-1
-    evaluators: on a 2-core machine two offline runs side by side keep both cores busy); each one's output
-    goes to ``<run dir>.log``."""
+    """``harness.train`` with each run's overrides, ``jobs`` launches at a time (each 1 trainer +
+    NPROC-1 evaluators: on a 2-core machine two offline runs side by side keep both cores busy);
+    each one's output goes to ``<run dir>.log``."""
     waiting = list(runs)
     running: list[tuple[subprocess.Popen, str]] = []
     while waiting or running:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Plots from runs and benchmarks.
 
-    scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png [--aggregate mean|iqm]
-    scripts/plot.py --presets runs/sota --out-dir docs/     # docs/curves-<preset>.png, one per preset
-    scripts/plot.py --bench bench-weight_sync.json --out latency.png
-    scripts/plot.sh ...          # the same, setting up .venv first if it is missing
+    scripts/plot.py RUN_DIR [RUN_DIR ...] --out curves.png [--aggregate mean|iqm] scripts/plot.py
+    --presets runs/sota --out-dir docs/     # docs/curves-<preset>.png, one per preset
+    scripts/plot.py --bench bench-weight_sync.json --out latency.png scripts/plot.sh ...          #
+    the same, setting up .venv first if it is missing
 
 Started by a Python other than the repository's ``.venv`` (which
 ``scripts/train.sh`` sets up, matplotlib included), it runs itself again with
@@ -151,7 +151,8 @@ def plot_runs(
     label: str | None = None,
     how: str = "mean",
 ) -> list[Group]:
-    """``out``: the runs grouped by config (with ``label``, every run is one group of that name: a preset's)."""
+    """``out``: the runs grouped by config (with ``label``, every run is one group of that name: a
+    preset's)."""
     groups = load_groups(run_dirs, label)
     fig, _ = draw(groups, how, title)
     fig.savefig(out, dpi=120)
@@ -160,7 +161,8 @@ def plot_runs(
 
 
 def plot_presets(root: Path, out_dir: Path, how: str = "mean") -> None:
-    """``out_dir/curves-<preset>.png`` for every ``root/<preset>`` holding ``seed-*`` run directories with rows."""
+    """``out_dir/curves-<preset>.png`` for every ``root/<preset>`` holding ``seed-*`` run
+    directories with rows."""
     drawn = 0
     for preset_dir in sorted(d for d in root.iterdir() if d.is_dir()):
         seeds = sorted(

@@ -1,9 +1,10 @@
 """Run the SOTA presets over seeds and write the table of docs/results.md.
 
-    scripts/sota_check.sh                                      # every preset at its full budget, seed 1
-    scripts/sota_check.sh --only ppo_halfcheetah --seeds 1 2 3
-    scripts/sota_check.sh --only td3_hopper --frames 300000    # capped: the table says it ran below the published budget
-    scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run nothing
+    scripts/sota_check.sh                                      # every preset at its full budget,
+    seed 1 scripts/sota_check.sh --only ppo_halfcheetah --seeds 1 2 3 scripts/sota_check.sh --only
+    td3_hopper --frames 300000    # capped: the table says it ran below the published budget
+    scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run
+    nothing
 
 Each preset and seed runs through torchrun (1 trainer + the collectors its
 settings are for: 2 for ``ppo_cartpole`` and the Atari presets, 1 for the
@@ -124,7 +125,8 @@ def final_return(rows: list[dict]) -> tuple[float, str]:
 
 
 def train_return(rows: list[dict]) -> float:
-    """The mean training return of the last three rows: the stochastic policy's episodes, as CleanRL reports."""
+    """The mean training return of the last three rows: the stochastic policy's episodes, as CleanRL
+    reports."""
     train = logged(rows, "train/episode_return")
     return statistics.mean(train[-3:]) if train else math.nan
 
@@ -133,8 +135,9 @@ PROGRESS = (0.25, 0.5, 1.0)  # shares of the budget the table reports the traini
 
 
 def progress(rows: list[dict], budget: int) -> tuple[float, ...]:
-    """:func:`train_return` of the rows up to each share of ``budget`` in :data:`PROGRESS`; nan for a share the
-    run has not reached. Rows end on whole batches, so a share's rows and its reach are taken within 1% of the budget."""
+    """:func:`train_return` of the rows up to each share of ``budget`` in :data:`PROGRESS`; nan for
+    a share the run has not reached. Rows end on whole batches, so a share's rows and its reach are
+    taken within 1% of the budget."""
     last, slack = float(rows[-1]["frames"]), budget / 100
     return tuple(
         train_return([r for r in rows if float(r["frames"]) <= share * budget + slack])
@@ -184,7 +187,8 @@ def seed_dirs(runs_root: Path, preset: str, seeds: list[int] | None) -> list[Pat
 
 
 def summary_row(preset: str, runs: list[Run]) -> str:
-    """One table row: budget, seeds, final return over seeds, published score and budget, wall time, notes."""
+    """One table row: budget, seeds, final return over seeds, published score and budget, wall time,
+    notes."""
     pub = PRESETS[preset]
     finals = [r.final for r in runs]
     sources = "/".join(sorted({r.source for r in runs}))
@@ -221,7 +225,8 @@ def mean_sd(values: list[float]) -> str:
 
 
 def mean_over_reached(values: list[float]) -> str:
-    """:func:`mean_sd` over the seeds that reached a share of the budget (nan: not yet), saying how many did."""
+    """:func:`mean_sd` over the seeds that reached a share of the budget (nan: not yet), saying how
+    many did."""
     reached = [v for v in values if not math.isnan(v)]
     if not reached:
         return "-"

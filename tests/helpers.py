@@ -58,7 +58,8 @@ def run_harness(
     env: dict | None = None,
     module: str = "harness.train",
 ) -> subprocess.CompletedProcess:
-    """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train`` with ``args``, to the end."""
+    """``python -m harness.train`` (nproc 1: with one thread) or ``torchrun ... -m harness.train``
+    with ``args``, to the end."""
     if (
         nproc == 1
         and module == "harness.train"
@@ -78,8 +79,8 @@ def run_harness(
 def start_harness(
     args: list[str], cwd: Path, nproc: int = 3, restarts: int = 0, launch: bool = False
 ) -> subprocess.Popen:
-    """The same, in the background (output merged), for tests that signal or kill it.
-    ``launch``: through ``harness.cli.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
+    """The same, in the background (output merged), for tests that signal or kill it. ``launch``:
+    through ``harness.cli.launch`` (torchrun's arguments), as ``scripts/train.sh`` starts a job."""
     start = launcher(nproc, restarts)
     if launch:
         start = [sys.executable, "-m", "harness.cli.launch", *start[1:]]

@@ -26,8 +26,8 @@ class Terminal:
         if self.pid == 0:  # the child: its stdin/stdout/stderr are the terminal
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
             os.chdir(cwd)
-            # As a shell starts a foreground job: Ctrl-C's default action, even when this test run was
-            # started in the background (nohup ... &), whose processes inherit SIGINT ignored.
+            # As a shell starts a foreground job: Ctrl-C's default action, even when this test run
+            # was started in the background (nohup ... &), whose processes inherit SIGINT ignored.
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvpe(argv[0], argv, environ)
         self.data = bytearray()
@@ -61,7 +61,8 @@ class Terminal:
         return self.status is not None
 
     def wait(self, timeout: float) -> int:
-        """The exit status (negative: killed by that signal), once the command and the output have ended."""
+        """The exit status (negative: killed by that signal), once the command and the output have
+        ended."""
         try:
             wait_for(self.exited, timeout, f"{self.pid} to exit")
         except AssertionError as e:

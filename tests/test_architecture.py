@@ -164,7 +164,7 @@ def test_no_layer_imports_one_above_it():
     assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)
 
 
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 
 def test_modules_and_functions_stay_small_enough_to_read():
@@ -189,7 +189,8 @@ def test_modules_and_functions_stay_small_enough_to_read():
     ids=["lint", "format"],
 )
 def test_ruff_finds_nothing_to_fix(command):
-    # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra. Fix with `ruff check --fix` / `ruff format`.
+    # The rules are pyproject.toml's [tool.ruff]; ruff comes with the test extra. Fix with `ruff
+    # check --fix` / `ruff format`.
     ruff = Path(sys.executable).parent / "ruff"
     out = subprocess.run(
         [str(ruff), *command, "--no-cache", str(ROOT)], capture_output=True, text=True
@@ -198,7 +199,8 @@ def test_ruff_finds_nothing_to_fix(command):
 
 
 def test_no_two_packages_import_each_other():
-    """Rooms, not just modules, stay apart: ``algos`` and ``collect`` once did (``EnvSpec`` now lives below both)."""
+    """Rooms, not just modules, stay apart: ``algos`` and ``collect`` once did (``EnvSpec`` now
+    lives below both)."""
 
     def room(module: str) -> str:
         return ".".join(module.split(".")[:2])

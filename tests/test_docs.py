@@ -1,4 +1,5 @@
-"""The docs name what exists: every repository path, module and link in README.md, CONTRIBUTING.md and docs/*.md."""
+"""The docs name what exists: every repository path, module and link in README.md, CONTRIBUTING.md
+and docs/*.md."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from helpers import ROOT
 
 pytestmark = pytest.mark.unit
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
-# Where a path in a doc starts when it names a file of this repository (runs/ and datasets/ are what runs write).
+# Where a path in a doc starts when it names a file of this repository (runs/ and datasets/ are what
+# runs write).
 TOP = ("harness/", "conf/", "scripts/", "tests/", "slurm/", "benchmarks/", "docs/", ".ci/")
 FILES = (
     "pyproject.toml",

@@ -1,4 +1,5 @@
-"""Unit tests: GAE by hand, packed payloads, the weight sync contract, the in-process scheme, metrics CSV."""
+"""Unit tests: GAE by hand, packed payloads, the weight sync contract, the in-process scheme,
+metrics CSV."""
 
 from __future__ import annotations
 

@@ -32,10 +32,14 @@ class AlgoConfig:
     """Fields every algorithm has. Subclasses that add checks call ``super().__post_init__()``."""
 
     name: str = MISSING  # registry key: ppo, ...
-    # torch.compile the gradient step; null: where it measured faster (continuous CQL; docs/algorithms.md, "Update speed").
+    # torch.compile the gradient step; null: where it measured faster (continuous CQL;
+    # docs/algorithms.md, "Update speed").
     compile: Optional[bool] = None
-    amp: str = "off"  # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the measurements
-    # Normalise observations by running statistics that trainers update and publish with the policy (algos/normalize.py).
+    # off | bf16: the update's forward passes in bfloat16 (torch.autocast); docs/gpu.md has the
+    # measurements
+    amp: str = "off"
+    # Normalise observations by running statistics that trainers update and publish with the policy
+    # (algos/normalize.py).
     normalize_obs: bool = False
     obs_clip: float = ranged(
         10.0, POSITIVE
@@ -53,7 +57,8 @@ AMP_DTYPES = {"off": None, "bf16": torch.bfloat16}
 
 
 def require_actions(spec: EnvSpec, discrete: bool, message: str) -> None:
-    """Refuse ``spec`` unless its actions are discrete (``discrete``) or continuous, with ``message``."""
+    """Refuse ``spec`` unless its actions are discrete (``discrete``) or continuous, with
+    ``message``."""
     if spec.discrete != discrete:
         raise ValueError(message)
 
@@ -137,18 +142,23 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     needs_next_obs: ClassVar[bool] = False
     # Learns from a fixed dataset, not from collectors' frames (harness/algos/offline.py).
     offline: ClassVar[bool] = False
-    # Learns from each frame in the update it arrives for, not from a replay: an async update takes a round's frames
-    # (one batch per collector of the trainer, whichever come first), as a sync one does.
+    # Learns from each frame in the update it arrives for, not from a replay: an async update takes
+    # a round's frames (one batch per collector of the trainer, whichever come first), as a sync one
+    # does.
     on_policy: ClassVar[bool] = False
-    # Its networks take image observations (harness.algos.nets.network: a CNN chosen by the image's shape).
+    # Its networks take image observations (harness.algos.nets.network: a CNN chosen by the image's
+    # shape).
     takes_pixels: ClassVar[bool] = False
-    # Averages gradients over several trainers (topology.trainers > 1): with ``data_parallel`` (DDP) when the
-    # loss is one module's forward, else with ``optim.step(..., self.ddp_group)`` per optimiser step.
+    # Averages gradients over several trainers (topology.trainers > 1): with ``data_parallel`` (DDP)
+    # when the loss is one module's forward, else with ``optim.step(..., self.ddp_group)`` per
+    # optimiser step.
     data_parallel_trainers: ClassVar[bool] = False
-    # Attributes (loss methods, loss modules) that ``algo.compile`` replaces with their ``torch.compile``d selves:
-    # the tensor maths of a step; optimiser steps stay eager (fused Adam is one kernel already).
+    # Attributes (loss methods, loss modules) that ``algo.compile`` replaces with their
+    # ``torch.compile``d selves: the tensor maths of a step; optimiser steps stay eager (fused Adam
+    # is one kernel already).
     compiled: ClassVar[tuple[str, ...]] = ()
-    # What ``algo.compile=null`` means: compiled only where that measured faster, compile time counted.
+    # What ``algo.compile=null`` means: compiled only where that measured faster, compile time
+    # counted.
     compile_by_default: ClassVar[bool] = False
 
     def __init__(
@@ -167,8 +177,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         )  # each update's batch, once, through pinned memory
         self.amp_dtype = AMP_DTYPES[cfg.amp]
         self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
-        # What collectors run (``make_models``'), trained here; packed into one buffer before any optimiser
-        # sees it, so that publishing is one copy.
+        # What collectors run (``make_models``'), trained here; packed into one buffer before any
+        # optimiser sees it, so that publishing is one copy.
         self.models = {
             name: model.to(self.device) for name, model in self.make_models(cfg, spec).items()
         }
@@ -224,7 +234,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
 
     @staticmethod
     def acting_policy(models: Mapping[str, nn.Module]) -> Policy:
-        """What steps the envs, from ``make_models``' models: the policy, behind the normaliser if there is one."""
+        """What steps the envs, from ``make_models``' models: the policy, behind the normaliser if
+        there is one."""
         policy = cast(Policy, models["policy"])  # make_policy's
         return (
             NormalizedPolicy(policy, cast(ObsNormalizer, models["obs_norm"]))
@@ -237,7 +248,8 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         return dict(self.models)
 
     def normalized(self, obs: torch.Tensor) -> torch.Tensor:
-        """``obs`` as the networks see them: normalised with the current statistics, if the algorithm normalises."""
+        """``obs`` as the networks see them: normalised with the current statistics, if the
+        algorithm normalises."""
         return obs if self.obs_norm is None else self.obs_norm(obs)
 
     def normalized_batch(self, batch: TensorDict) -> TensorDict:
@@ -273,8 +285,9 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
 
     def state_dict(self) -> dict:
         """Every ``stateful`` object's state, and ``gradient_steps`` (schedules count them: CQL's
-        ``bc_steps``, delayed actor and target updates); a module's as a copy: the published models share one
-        packed buffer (float32 weights, float64 statistics), and torch.save refuses views of one storage as two dtypes."""
+        ``bc_steps``, delayed actor and target updates); a module's as a copy: the published models
+        share one packed buffer (float32 weights, float64 statistics), and torch.save refuses views
+        of one storage as two dtypes."""
         return {
             **{
                 name: {k: v.clone() for k, v in obj.state_dict().items()}

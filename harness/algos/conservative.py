@@ -33,8 +33,9 @@ class CQLConfig(OfflineConfig):
     actor_lr: float = ranged(
         1e-4, POSITIVE
     )  # continuous: actor's and entropy weight's Adam learning rate
-    # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising Q (the CQL
-    # paper's code, 10k-40k steps): the critics' targets then use actions near the data's from the start.
+    # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising
+    # Q (the CQL paper's code, 10k-40k steps): the critics' targets then use actions near the data's
+    # from the start.
     bc_steps: int = ranged(0, NON_NEGATIVE)
     critic_lr: float = ranged(
         3e-4, POSITIVE

@@ -36,7 +36,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
 
     Config = CQLConfig
     compiled = ("critic_losses",)
-    compile_by_default = True  # 0.84x the eager step; its ~30 s of compiling paid back within 1k steps (docs/algorithms.md)
+    # 0.84x the eager step; its ~30 s of compiling paid back within 1k steps (docs/algorithms.md)
+    compile_by_default = True
     policy: SACPolicy
 
     def __init__(
@@ -53,7 +54,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         self.log_alpha = LogScalar(1.0).to(self.device)
         self.alpha_optimizer = adam(self.log_alpha.parameters(), lr=cfg.actor_lr)
         self.target_entropy = -float(spec.num_actions)
-        # Uniform actions have density 1 / volume of the action box (from the spec: a number, not a device read).
+        # Uniform actions have density 1 / volume of the action box (from the spec: a number, not a
+        # device read).
         self.uniform_log_density = -sum(
             math.log(high - low) for low, high in zip(spec.action_low, spec.action_high)
         )
@@ -80,7 +82,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         }
 
     def actor_step(self, obs: torch.Tensor, data_action: torch.Tensor) -> dict[str, torch.Tensor]:
-        """SAC's actor and entropy-weight step; for the first ``bc_steps``, behaviour cloning in place of Q."""
+        """SAC's actor and entropy-weight step; for the first ``bc_steps``, behaviour cloning in
+        place of Q."""
         alpha = self.log_alpha().detach()
         pi_action, log_prob, _ = self.policy.sample(obs)
         if self.gradient_steps <= self.cfg.bc_steps:
@@ -104,9 +107,9 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     def sampled_actions(
         self, obs: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """For the penalty, ``n_actions`` each of uniform actions, pi(s) and pi(s'), ``[B, 3N, A]``, and their
-        log densities ``[B, 3N]``; and one more pi(s') ``[B, A]`` for the TD target. The actor runs once
-        per observation (``sample(obs, n)``)."""
+        """For the penalty, ``n_actions`` each of uniform actions, pi(s) and pi(s'), ``[B, 3N, A]``,
+        and their log densities ``[B, 3N]``; and one more pi(s') ``[B, A]`` for the TD target. The
+        actor runs once per observation (``sample(obs, n)``)."""
         b, n = obs.shape[0], self.cfg.n_actions
         with torch.no_grad():
             random_actions = self.policy.bounds.random(b * n).reshape(b, n, -1)
@@ -119,8 +122,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     def critic_losses(
         self, batch: TensorDict
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Both critics' TD loss, each critic's conservative gap ``[2]``, Q on the dataset's actions ``[2, B]``,
-        and diagnostics: mean Q on the uniform and the pi(s) samples, mean TD target."""
+        """Both critics' TD loss, each critic's conservative gap ``[2]``, Q on the dataset's actions
+        ``[2, B]``, and diagnostics: mean Q on the uniform and the pi(s) samples, mean TD target."""
         obs, next_obs = batch["obs"], batch["next_obs"]
         sampled, log_density, next_action = self.sampled_actions(obs, next_obs)
         # TD targets (no entropy bonus in the backup, as CORL's default).

@@ -22,7 +22,8 @@ from harness.core.specs import EnvSpec
 
 
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """Polyak averaging, ``target <- tau * source + (1 - tau) * target``, for every parameter in one fused call."""
+    """Polyak averaging, ``target <- tau * source + (1 - tau) * target``, for every parameter in one
+    fused call."""
     with torch.no_grad():
         torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
@@ -37,8 +38,8 @@ def critic_metrics(q: torch.Tensor, q_loss: torch.Tensor) -> dict[str, torch.Ten
     }
 
 
-# On a CPU, rows per batched call: CQL's 7,936 (256 observations x 31 actions) in one call took 122 ms
-# forward and backward, in blocks of 1,024 rows 101 ms (one thread, 2026-12-01).
+# On a CPU, rows per batched call: CQL's 7,936 (256 observations x 31 actions) in one call took 122
+# ms forward and backward, in blocks of 1,024 rows 101 ms (one thread, 2026-12-01).
 CPU_ROWS = 1024
 
 
@@ -90,7 +91,8 @@ class Critics(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden: int, members: int = 2):
         super().__init__()
-        # Built as separate nets first, so that each member is initialised as one critic alone would be.
+        # Built as separate nets first, so that each member is initialised as one critic alone would
+        # be.
         nets = [
             mlp(spec.obs_dim + spec.num_actions, [hidden, hidden], 1, activation=nn.ReLU)
             for _ in range(members)

@@ -50,7 +50,8 @@ def held_tensors(algo: Algorithm) -> Iterator[tuple[str, torch.Tensor]]:
 
 def misplaced(algo: Algorithm) -> list[str]:
     """``name (device)`` of each tensor not on ``algo.device``; the replay is checked against
-    ``algo.replay_device`` (RAM, staged to the device per sample, unless it was asked on the device)."""
+    ``algo.replay_device`` (RAM, staged to the device per sample, unless it was asked on the
+    device)."""
     wrong = [f"{name} ({t.device})" for name, t in held_tensors(algo) if t.device != algo.device]
     if isinstance(algo, OffPolicyAlgorithm) and algo.buffer is not None:
         expected = algo.replay_device.type

@@ -31,7 +31,8 @@ from harness.core.specs import EnvSpec
 
 @dataclass
 class DQNConfig(OffPolicyConfig):
-    """Defaults are CleanRL's ``dqn.py`` (CartPole); train_frequency 10 there is update_to_data 0.1 here."""
+    """Defaults are CleanRL's ``dqn.py`` (CartPole); train_frequency 10 there is update_to_data 0.1
+    here."""
 
     name: str = "dqn"
     buffer_size: int = ranged(10_000, AT_LEAST_ONE)

@@ -36,7 +36,8 @@ KEYS = ("obs", "next_obs")  # the stacked fields, stored as frame positions
 
 
 class FrameReplay:
-    """A uniform replay of ``capacity`` transitions whose ``obs`` and ``next_obs`` are stacks of frames."""
+    """A uniform replay of ``capacity`` transitions whose ``obs`` and ``next_obs`` are stacks of
+    frames."""
 
     def __init__(
         self,
@@ -87,7 +88,8 @@ class FrameReplay:
     def extend(self, rollout: TensorDict) -> None:
         """Append a batch's ``[T, N]`` transitions, one env's column after another."""
         obs, next_obs = rollout["obs"], rollout["next_obs"]
-        # Where a stack is the one before it (obs[t] == next_obs[t - 1]) or that stack shifted by a frame.
+        # Where a stack is the one before it (obs[t] == next_obs[t - 1]) or that stack shifted by a
+        # frame.
         repeats = (obs[1:] == next_obs[:-1]).flatten(2).all(-1)
         shifted = (next_obs[:, :, :-1] == obs[:, :, 1:]).flatten(2).all(-1)
         for env in range(rollout.shape[1]):
@@ -174,7 +176,8 @@ class FrameReplay:
         )
 
     def state_dict(self) -> dict:
-        """Everything, rings whole: the live transitions and frames are wherever the rings put them."""
+        """Everything, rings whole: the live transitions and frames are wherever the rings put
+        them."""
         return {
             "storage": self.transitions.storage.to_dict(),
             "frames": self.frames["frame"],
@@ -190,7 +193,8 @@ class FrameReplay:
         memmap_dir: str | Path | None = None,
         device: torch.device | str = "cpu",
     ) -> FrameReplay:
-        """A replay holding ``state`` (``state_dict``'s); its capacity must be the one it was saved with."""
+        """A replay holding ``state`` (``state_dict``'s); its capacity must be the one it was saved
+        with."""
         saved = len(state["oldest"])
         if saved != capacity:
             raise ValueError(

@@ -154,7 +154,8 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
     def value_loss(
         self, obs: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """V towards the upper expectile of the target critics' min Q over the dataset's actions; and Q - V."""
+        """V towards the upper expectile of the target critics' min Q over the dataset's actions;
+        and Q - V."""
         advantage = self.critics.targets(obs, action).min(0).values - self.value(
             obs
         ).float().squeeze(-1)
@@ -178,8 +179,9 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
         return (weights * self.policy.regression_loss(obs, action)).mean(), weights
 
     def actor_lr(self) -> float:
-        """CORL's cosine annealing from ``actor_lr`` to 0 over the run (its scheduler steps after each update:
-        step k uses the value for k - 1). A function of the step count, so a resumed run takes it up again."""
+        """CORL's cosine annealing from ``actor_lr`` to 0 over the run (its scheduler steps after
+        each update: step k uses the value for k - 1). A function of the step count, so a resumed
+        run takes it up again."""
         progress = min(self.gradient_steps - 1, self.cfg.gradient_steps) / self.cfg.gradient_steps
         return self.cfg.actor_lr * (1 + math.cos(math.pi * progress)) / 2
 

@@ -31,7 +31,8 @@ def mlp(
     activation: type[nn.Module] = nn.Tanh,
     out_std: float = 1.0,
 ) -> nn.Sequential:
-    """Linear layers of widths ``hidden`` with ``activation`` between them, each ``layer_init``-ed."""
+    """Linear layers of widths ``hidden`` with ``activation`` between them, each
+    ``layer_init``-ed."""
     layers: list[nn.Module] = []
     for width in hidden:
         layers += [layer_init(nn.Linear(inputs, width)), activation()]
@@ -41,13 +42,14 @@ def mlp(
 
 
 class PixelEncoder(nn.Module):
-    """uint8 images ``[..., C*H*W]`` (flattened, as every network's input is) to features ``[..., features]``:
-    made float and scaled to [0, 1] here, on the network's device, so batches travel as bytes.
+    """uint8 images ``[..., C*H*W]`` (flattened, as every network's input is) to features ``[...,
+    features]``: made float and scaled to [0, 1] here, on the network's device, so batches travel as
+    bytes.
 
-    Chosen by the image's size: from 36 pixels up, the Nature CNN (Mnih et al. 2015; CleanRL's Atari ``Agent``:
-    convolutions 8x8/4, 4x4/2, 3x3/1 and 512 units); smaller (MinAtar's 10x10), MinAtar's network (Young and
-    Tian 2019: one 3x3 convolution of 16 channels and 128 units), where the Nature CNN's strides leave nothing.
-    """
+    Chosen by the image's size: from 36 pixels up, the Nature CNN (Mnih et al. 2015; CleanRL's Atari
+    ``Agent``: convolutions 8x8/4, 4x4/2, 3x3/1 and 512 units); smaller (MinAtar's 10x10), MinAtar's
+    network (Young and Tian 2019: one 3x3 convolution of 16 channels and 128 units), where the
+    Nature CNN's strides leave nothing."""
 
     def __init__(self, shape: tuple[int, ...]):
         super().__init__()
@@ -86,8 +88,9 @@ def network(
     activation: type[nn.Module] = nn.Tanh,
     out_std: float = 1.0,
 ) -> nn.Sequential:
-    """An observation's network to ``outputs``: :func:`mlp` on state vectors (``hidden`` wide), and on images a
-    :class:`PixelEncoder` with one linear layer on top (CleanRL's heads; ``hidden`` is the MLP's alone)."""
+    """An observation's network to ``outputs``: :func:`mlp` on state vectors (``hidden`` wide), and
+    on images a :class:`PixelEncoder` with one linear layer on top (CleanRL's heads; ``hidden`` is
+    the MLP's alone)."""
     if not spec.pixels:
         return mlp(spec.obs_dim, hidden, outputs, activation, out_std)
     encoder = PixelEncoder(spec.obs_shape)

@@ -77,7 +77,8 @@ class RunningMeanStd(nn.Module):
         n, s1, s2 = sums[0], sums[1 : 1 + self.mean.numel()], sums[1 + self.mean.numel() :]
         s1, s2 = s1.view_as(self.mean), s2.view_as(self.mean)
         total = self.count + n
-        # The old samples' squared deviations from the old mean sum to var * count and their deviations to 0.
+        # The old samples' squared deviations from the old mean sum to var * count and their
+        # deviations to 0.
         self.var.copy_((self.var * self.count + s2 - s1.square() / total) / total)
         self.mean.add_(s1 / total)
         self.count.copy_(total)

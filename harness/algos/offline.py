@@ -36,9 +36,10 @@ class OfflineConfig(AlgoConfig):
     gradient_steps: int = ranged(1_000_000, AT_LEAST_ONE)  # the run's length
     batch_size: int = ranged(256, AT_LEAST_ONE)  # transitions per gradient step
     gamma: float = ranged(0.99, UNIT)  # discount
-    # Rewards are multiplied by this before learning (returns and eval/return stay in the env's units). Penalty
-    # and temperature weights (cql_alpha, IQL's beta) are tuned for rewards of about 1 per step: CORL scales
-    # D4RL locomotion rewards by episode length / (best - worst episode return) for that. docs/offline.md.
+    # Rewards are multiplied by this before learning (returns and eval/return stay in the env's
+    # units). Penalty and temperature weights (cql_alpha, IQL's beta) are tuned for rewards of about
+    # 1 per step: CORL scales D4RL locomotion rewards by episode length / (best - worst episode
+    # return) for that. docs/offline.md.
     reward_scale: float = ranged(1.0, POSITIVE)
 
 
@@ -81,4 +82,5 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
 
     @abc.abstractmethod
     def learn(self, batch: TensorDict) -> dict[str, torch.Tensor]:
-        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors on the trainer's device."""
+        """One gradient step on ``batch``; returns ``train/...`` metrics as detached tensors on the
+        trainer's device."""

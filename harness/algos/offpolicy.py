@@ -50,8 +50,12 @@ class OffPolicyConfig(AlgoConfig):
     )  # gradient steps per collected frame, whatever the number of collectors and trainers
     gamma: float = ranged(0.99, UNIT)  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
-    replay_device: str = "cpu"  # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU memory)
-    replay_frames: bool = False  # stacked image observations: store each frame once, rebuild stacks when sampled (7x less on Atari)
+    # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU
+    # memory)
+    replay_device: str = "cpu"
+    # stacked image observations: store each frame once, rebuild stacks when sampled (7x less on
+    # Atari)
+    replay_frames: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,7 +106,8 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
         return rollout.select("obs", "action", "reward", "next_obs", "terminated").reshape(-1)
 
     def _store(self, batch: TensorDict) -> TensorDict:
-        """Append ``batch`` to the replay (made from the first batch's layout); its flat transitions."""
+        """Append ``batch`` to the replay (made from the first batch's layout); its flat
+        transitions."""
         data = self.transitions(batch)
         where = (self.cfg.memmap_dir or None, self.replay_device)
         if self.cfg.replay_frames:  # by env column: consecutive stacks share frames

@@ -17,7 +17,8 @@ from harness.distributed.trainers import average_gradients
 
 
 def adam(params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam (PyTorch's defaults otherwise), fused; on ``meta`` (the device tests), which has no fused kernel, the plain one."""
+    """Adam (PyTorch's defaults otherwise), fused; on ``meta`` (the device tests), which has no
+    fused kernel, the plain one."""
     params = list(params)
     return torch.optim.Adam(
         params, lr=lr, eps=eps, fused=all(p.device.type != "meta" for p in params)

@@ -67,14 +67,16 @@ class PPOConfig(AlgoConfig):
         None, POSITIVE
     )  # stop the epochs early past this approximate KL
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
-    # Divide rewards by a running std of the discounted return, per env (gymnasium's NormalizeReward, as CleanRL's
-    # ppo_continuous_action.py); sync mode only: it follows each env's rewards in order.
+    # Divide rewards by a running std of the discounted return, per env (gymnasium's
+    # NormalizeReward, as CleanRL's ppo_continuous_action.py); sync mode only: it follows each env's
+    # rewards in order.
     normalize_reward: bool = False
     reward_clip: float = ranged(
         10.0, POSITIVE
     )  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
-    # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE, correcting for frames
-    # acted with older versions. null: on exactly when they are, with collector.mode=async or collector.pipeline=true.
+    # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE,
+    # correcting for frames acted with older versions. null: on exactly when they are, with
+    # collector.mode=async or collector.pipeline=true.
     vtrace: Optional[bool] = None
     vtrace_rho_bar: float = ranged(
         1.0, POSITIVE
@@ -156,7 +158,8 @@ class PPOLoss(nn.Module):
     def __init__(
         self, actor: PPOPolicy, critic: Optional[nn.Module], cfg: PPOConfig, obs_dims: int
     ):
-        """``critic``: the value network of observations; None where the actor holds a value head (images)."""
+        """``critic``: the value network of observations; None where the actor holds a value head
+        (images)."""
         super().__init__()
         self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
 
@@ -250,16 +253,18 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         }  # the loss module holds actor and critic
 
     def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
-        """The PPO objective and its parts on minibatch ``mb`` (through DDP with several trainers)."""
+        """The PPO objective and its parts on minibatch ``mb`` (through DDP with several
+        trainers)."""
         return self.learner(mb)
 
     @torch.no_grad()
     def targets(
         self, obs: torch.Tensor, rollout: TensorDict, reward: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The critic's values, the advantages and the value targets of a ``[T, N]`` rollout (GAE, or V-trace), and
-        the share of frames whose probability ratio V-trace truncated (0 with GAE). GAE takes the values recorded
-        while acting where there are (images: saving the CNN a pass over the round); V-trace, the current critic's."""
+        """The critic's values, the advantages and the value targets of a ``[T, N]`` rollout (GAE,
+        or V-trace), and the share of frames whose probability ratio V-trace truncated (0 with GAE).
+        GAE takes the values recorded while acting where there are (images: saving the CNN a pass
+        over the round); V-trace, the current critic's."""
         cfg = self.cfg
         acted = self.policy.value_head is not None and not cfg.vtrace
         values = rollout["value"] if acted else self.loss.value(obs)
@@ -267,7 +272,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         if not cfg.vtrace:
             advantages = gae(reward, values, rollout["done"], next_value, cfg.gamma, cfg.gae_lambda)
             return values, advantages, advantages + values, torch.zeros((), device=values.device)
-        # The frames' versions may be older than these weights: correct by each action's probability ratio.
+        # The frames' versions may be older than these weights: correct by each action's probability
+        # ratio.
         steps_envs = reward.shape  # the actor takes a flat batch
         logprob = self.policy.log_prob_entropy(obs.flatten(0, 1), rollout["action"].flatten(0, 1))[
             0
@@ -286,8 +292,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         cfg = self.cfg
-        # The round, moved to the trainer's device once (on a GPU: through pinned memory, without blocking).
-        # torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
+        # The round, moved to the trainer's device once (on a GPU: through pinned memory, without
+        # blocking). torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
         keys = [
             "obs",
             "action",
@@ -341,7 +347,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
                 cfg.target_kl is not None
                 and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl
             ):
-                break  # on the trainers' mean KL: each's own minibatch differs, and all must stop together
+                # on the trainers' mean KL: each's own minibatch differs, and all must stop together
+                break
 
         if (
             self.obs_norm is not None

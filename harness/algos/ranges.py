@@ -34,7 +34,8 @@ def describe_range(low: float, high: float, low_in: bool, high_in: bool) -> str:
 
 
 def check_ranges(cfg: Any, prefix: str, owner: str) -> None:
-    """Refuse the first field of dataclass ``cfg`` outside its declared range, naming it as ``prefix.<field>``."""
+    """Refuse the first field of dataclass ``cfg`` outside its declared range, naming it as
+    ``prefix.<field>``."""
     for f in fields(cfg):
         value, bounds = getattr(cfg, f.name), f.metadata.get("range")
         if bounds is None or value is None or isinstance(value, bool):

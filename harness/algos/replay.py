@@ -90,7 +90,8 @@ class ReplayBuffer:
         memmap_dir: str | Path | None = None,
         device: torch.device | str = "cpu",
     ) -> ReplayBuffer:
-        """A buffer holding ``state`` (``state_dict``'s, from any device), of ``capacity``, on ``device``."""
+        """A buffer holding ``state`` (``state_dict``'s, from any device), of ``capacity``, on
+        ``device``."""
         stored = TensorDict(state["storage"], batch_size=[state["size"]])
         buffer = cls(capacity, stored[0], memmap_dir, device)
         buffer.storage[: state["size"]] = stored.to(buffer.storage.device)

@@ -60,8 +60,9 @@ class SACPolicy(Policy):
     def sample(
         self, obs: torch.Tensor, n: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A reparameterised action, its log-probability, and the mean action. With ``n``:
-        ``n`` actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the network."""
+        """A reparameterised action, its log-probability, and the mean action. With ``n``: ``n``
+        actions per observation, ``[B, n, A]`` (log-probabilities ``[B, n]``), from one pass of the
+        network."""
         mean, log_std = self.gaussian(obs)
         if n is not None:
             mean, log_std = (
@@ -88,9 +89,10 @@ class SACPolicy(Policy):
         return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
 
     def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """The log-density of given actions ``[B, A]`` (a dataset's, for behaviour cloning), ``[B]``. Actions
-        on the box's edge (saturated tanh policies write many) are moved 1e-4 inside it, where the squashing is
-        invertible and its inverse (about 5) no target a Gaussian cannot reach."""
+        """The log-density of given actions ``[B, A]`` (a dataset's, for behaviour cloning),
+        ``[B]``. Actions on the box's edge (saturated tanh policies write many) are moved 1e-4
+        inside it, where the squashing is invertible and its inverse (about 5) no target a Gaussian
+        cannot reach."""
         mean, log_std = self.gaussian(obs)
         y = ((action - self.bounds.bias) / self.bounds.scale).clamp(-1 + 1e-4, 1 - 1e-4)
         return self.squashed_log_prob((torch.atanh(y) - mean) / log_std.exp(), log_std, y)
@@ -98,8 +100,9 @@ class SACPolicy(Policy):
     def squashed_log_prob(
         self, noise: torch.Tensor, log_std: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
-        """The log-density of ``y = tanh(mean + noise * std)`` scaled to the box: the Gaussian's at the
-        pre-squash point, then the change of variables for the squashing (the paper's appendix C)."""
+        """The log-density of ``y = tanh(mean + noise * std)`` scaled to the box: the Gaussian's at
+        the pre-squash point, then the change of variables for the squashing (the paper's appendix
+        C)."""
         return (
             -0.5 * noise.pow(2)
             - log_std
@@ -158,7 +161,8 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
         }
 
     def q_target(self, batch: TensorDict) -> torch.Tensor:
-        """r + gamma * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap past termination."""
+        """r + gamma * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(s'); no bootstrap past
+        termination."""
         with torch.no_grad():
             next_action, next_log_prob, _ = self.policy.sample(batch["next_obs"])
             next_q = (

@@ -64,8 +64,9 @@ class TD3Policy(Policy):
             return TensorDict(action=self.bounds.random(obs.shape[0]), batch_size=obs.shape[:1])
         action = self.deterministic(obs)
         if not deterministic:
-            # Clipped into the box here, as CleanRL does before storing: the replay keeps the action the env
-            # ran, so the critics never learn Q at actions no env step took (the collector clips only its copy).
+            # Clipped into the box here, as CleanRL does before storing: the replay keeps the action
+            # the env ran, so the critics never learn Q at actions no env step took (the collector
+            # clips only its copy).
             action = self.bounds.clamp(
                 action + torch.randn_like(action) * self.bounds.scale * self.exploration_noise
             )

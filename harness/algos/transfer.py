@@ -63,8 +63,8 @@ class HostToDevice:
         return slot
 
     def sample(self, storage: TensorDictBase, index: torch.Tensor) -> TensorDict:
-        """``storage[index]`` on the device: gathered straight into a staging
-        buffer, then moved. A storage already on the device (not in host memory) is indexed there."""
+        """``storage[index]`` on the device: gathered straight into a staging buffer, then moved. A
+        storage already on the device (not in host memory) is indexed there."""
         if not self.moves:
             return storage[index]
         if storage.device is not None and storage.device.type != "cpu":
@@ -106,5 +106,6 @@ class HostToDevice:
         if slot.moved is not None:
             slot.moved.record(torch.cuda.current_stream(self.device))
         # A consolidated TensorDict moves as a locked one; the batch is the update's own (a fresh
-        # device copy), and algorithms set entries in it (normalised obs, scaled rewards) as they do on a CPU.
+        # device copy), and algorithms set entries in it (normalised obs, scaled rewards) as they do
+        # on a CPU.
         return moved.unlock_()

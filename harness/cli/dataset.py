@@ -69,7 +69,9 @@ class DatasetConfig:
         default_factory=list
     )  # instead of collecting: concatenate these datasets into out
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
-    seed: int = 1  # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with seed + r
+    # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with seed +
+    # r
+    seed: int = 1
     dist_timeout_s: float = (
         300.0  # bounds every collective (the slowest rank's collection included)
     )

@@ -1,4 +1,5 @@
-"""The front door of the Hydra entry points: one voice per mistake, help that explains every setting.
+"""The front door of the Hydra entry points: one voice per mistake, help that explains every
+setting.
 
 All ranks of a job compose the same config from the same command line, so a
 mistake in it is met by every rank at once. Rank 0 alone says it, in one
@@ -38,7 +39,8 @@ HELP_FLAGS = ("--help", "-h")
 PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
 
 
-# HYDRA_FULL_ERROR=1 as the user set it (run() sets it for Hydra): a mistake's traceback is shown too.
+# HYDRA_FULL_ERROR=1 as the user set it (run() sets it for Hydra): a mistake's traceback is shown
+# too.
 _tracebacks = False
 
 
@@ -60,9 +62,10 @@ def refuse(e: BaseException, speaker: bool | None = None) -> NoReturn:
 
 @contextmanager
 def user_errors(speaker: bool | None = None) -> Iterator[None]:
-    """Start-up: a bad value, layout or run directory found here is the command's mistake, not a bug.
-    It exits from inside the job, before Hydra would report a failed job. ``speaker``: for a check that
-    only some ranks make (a collector's device), whether this rank is the one of them to say it."""
+    """Start-up: a bad value, layout or run directory found here is the command's mistake, not a
+    bug. It exits from inside the job, before Hydra would report a failed job. ``speaker``: for a
+    check that only some ranks make (a collector's device), whether this rank is the one of them to
+    say it."""
     try:
         yield
     except (ValueError, OmegaConfBaseException) as e:
@@ -145,9 +148,10 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
 
 
 def _crash() -> NoReturn:
-    """A failure, not a mistake: its traceback, then out at once. Python's own exit would free the process
-    groups in its garbage collector, where gloo's destructor joins threads that wait on peers' pending
-    sends: a collector whose env raised kept its trainer waiting dist_timeout_s for a batch never sent."""
+    """A failure, not a mistake: its traceback, then out at once. Python's own exit would free the
+    process groups in its garbage collector, where gloo's destructor joins threads that wait on
+    peers' pending sends: a collector whose env raised kept its trainer waiting dist_timeout_s for a
+    batch never sent."""
     traceback.print_exc()
     logging.shutdown()
     sys.stdout.flush()

@@ -55,7 +55,8 @@ class Options:
 
 
 def parse(argv: list[str]) -> Options:
-    """``RUN_DIR key=value ...``; an unknown key or a missing run directory is an error that says what is wrong."""
+    """``RUN_DIR key=value ...``; an unknown key or a missing run directory is an error that says
+    what is wrong."""
     if not argv or "=" in argv[0]:
         raise SystemExit(USAGE)
     options = Options(Path(argv[0]))
@@ -74,7 +75,8 @@ def parse(argv: list[str]) -> Options:
 
 
 def _checked(key: str, value: object) -> object:
-    """``video``: true or false; the others: whole numbers (``episodes`` at least 1, ``step`` at least 0)."""
+    """``video``: true or false; the others: whole numbers (``episodes`` at least 1, ``step`` at
+    least 0)."""
     if key == "video":
         if not isinstance(value, bool):
             raise SystemExit(f"video={value} is not true or false\n{USAGE}")

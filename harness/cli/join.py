@@ -1,8 +1,8 @@
 """Collectors that join a running job, and leave it, without restarting it.
 
-    python -m harness.cli.join HOST:PORT                            # one collector
-    torchrun --nproc_per_node=4 -m harness.cli.join HOST:PORT       # four, one per process
-    srun --ntasks=16 python -m harness.cli.join HOST:PORT           # a pool of CPU nodes for a GPU job
+    python -m harness.cli.join HOST:PORT                            # one collector torchrun
+    --nproc_per_node=4 -m harness.cli.join HOST:PORT       # four, one per process srun --ntasks=16
+    python -m harness.cli.join HOST:PORT           # a pool of CPU nodes for a GPU job
 
 ``HOST:PORT`` is trainer 0's node and the job's ``topology.join_port``. Each
 process is one collector: it reads the job's config from the job, makes the
@@ -54,7 +54,8 @@ USAGE = "usage: python -m harness.cli.join HOST:PORT   (trainer 0's node and the
 
 
 class Leaving(WeightSubscriber):
-    """``subscriber``, whose headers say stop once this process was asked to stop (SIGTERM, SIGINT)."""
+    """``subscriber``, whose headers say stop once this process was asked to stop (SIGTERM,
+    SIGINT)."""
 
     def __init__(self, subscriber: WeightSubscriber):
         super().__init__(subscriber.endpoint, subscriber.timeout_s)

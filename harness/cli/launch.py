@@ -70,7 +70,8 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 
 def torchrun_arguments(argv: list[str]) -> list[str]:
-    """``argv`` with SIGINT taken out of the signals torchrun handles, unless the caller chose them."""
+    """``argv`` with SIGINT taken out of the signals torchrun handles, unless the caller chose
+    them."""
     if any(a.startswith(("--signals-to-handle", "--signals_to_handle")) for a in argv):
         return argv
     return ["--signals-to-handle=SIGTERM,SIGHUP,SIGQUIT", *argv]
@@ -79,7 +80,8 @@ def torchrun_arguments(argv: list[str]) -> list[str]:
 class HeldWorkerExits(logging.Filter):
     """What torchrun's agent says of its workers' exits, held until the job has ended. After a
     mistake in the command (every rank exits with status 2; rank 0 has said what it was) it is noise
-    that lists the healthy ranks as failed ones; after any other failure it is shown, as torchrun would."""
+    that lists the healthy ranks as failed ones; after any other failure it is shown, as torchrun
+    would."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,8 +108,8 @@ class HeldWorkerExits(logging.Filter):
 
 
 def single_process(argv: list[str]) -> list[str] | None:
-    """``python -m <module> <its arguments>`` where torchrun would start a harness entry point only to
-    print (``--help``, ``--cfg job``): once, at once. None: launch the job."""
+    """``python -m <module> <its arguments>`` where torchrun would start a harness entry point only
+    to print (``--help``, ``--cfg job``): once, at once. None: launch the job."""
     from torch.distributed.run import get_args_parser
 
     from harness.cli.errors import HELP_FLAGS, PRINTING_FLAGS

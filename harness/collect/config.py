@@ -14,7 +14,9 @@ class CollectorConfig:
     # sync: in round r every collector acts with weights version r (on-policy);
     # async: collectors stream batches, taking the newest weights before every env step.
     mode: str = "sync"
-    pipeline: bool = False  # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly 1)
+    # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly
+    # 1)
+    pipeline: bool = False
     max_policy_lag: int = (
         4  # async mode: frames older than this many versions when the trainer gets them are dropped
     )
@@ -25,16 +27,22 @@ class CollectorConfig:
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
     device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
     threads: str = "auto"  # auto: OMP_NUM_THREADS if set, else one per collector
-    max_env_restarts: int = 3  # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up to this many times per env
-    check_obs: bool = True  # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as raising is)
+    # an env that fails (raises; collector.check_obs) is made again, its broken episode dropped, up
+    # to this many times per env
+    max_env_restarts: int = 3
+    # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as
+    # raising is)
+    check_obs: bool = True
     env_step_timeout_s: float = (
         60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
     )
-    # >0: each collector rank runs its envs in a worker process that it replaces, up to this many times, when the
-    # worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while the job goes on (docs/runs_that_last.md).
-    # 0: a collector's death ends the job (torchrun --max-restarts restarts all of it)
+    # >0: each collector rank runs its envs in a worker process that it replaces, up to this many
+    # times, when the worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while
+    # the job goes on (docs/runs_that_last.md). 0: a collector's death ends the job (torchrun
+    # --max-restarts restarts all of it)
     max_restarts: int = 0
-    watchdog_s: float = 120.0  # max_restarts > 0: a worker that acts yet takes no env step for this long is replaced
+    # max_restarts > 0: a worker that acts yet takes no env step for this long is replaced
+    watchdog_s: float = 120.0
 
     def __post_init__(self) -> None:
         check_placement("collector", self.device, self.threads)

@@ -19,7 +19,8 @@ from harness.core.specs import EnvSpec
 
 log = logging.getLogger("harness")
 MUJOCO_HINT = "pip install -e '.[mujoco]'  (or: .venv/bin/pip install 'gymnasium[mujoco]')"
-# Part of an env's entry point -> (the module it needs, what that is, how to install it), probed before any env is made.
+# Part of an env's entry point -> (the module it needs, what that is, how to install it), probed
+# before any env is made.
 EXTRAS = {
     "mujoco": ("mujoco", "MuJoCo", MUJOCO_HINT),
     "make_minatar": ("minatar", "MinAtar", pixels.MINATAR_HINT),
@@ -254,7 +255,8 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
 
 
 def reports_games(envs: gym.vector.VectorEnv) -> bool:
-    """Whether the envs report whole games apart from the learner's episodes (Atari: harness.collect.pixels)."""
+    """Whether the envs report whole games apart from the learner's episodes (Atari:
+    harness.collect.pixels)."""
     try:
         return bool(getattr(envs, "envs")[0].get_wrapper_attr("reports_games"))  # noqa: B009  (a SyncVectorEnv's)
     except AttributeError:
@@ -262,8 +264,8 @@ def reports_games(envs: gym.vector.VectorEnv) -> bool:
 
 
 def made_for(env_id: str, training: bool) -> dict[str, bool]:
-    """gym.make's extra arguments: an env registered with a ``training`` flag (Atari's: lives as episodes, FIRE
-    on reset, clipped rewards) is made with ``training=False`` for evaluation."""
+    """gym.make's extra arguments: an env registered with a ``training`` flag (Atari's: lives as
+    episodes, FIRE on reset, clipped rewards) is made with ``training=False`` for evaluation."""
     return (
         {"training": training} if "training" in gym.spec(env_id.rpartition(":")[2]).kwargs else {}
     )

@@ -57,14 +57,16 @@ class VideoSchedule:
 
 
 def video_schedule(run_dir: Optional[str], every: int) -> Optional[VideoSchedule]:
-    """``eval.video_every`` = ``every`` as a schedule writing to ``<run_dir>/videos``; None for no videos."""
+    """``eval.video_every`` = ``every`` as a schedule writing to ``<run_dir>/videos``; None for no
+    videos."""
     return VideoSchedule(Path(run_dir) / "videos", every) if every and run_dir else None
 
 
 def make_eval_envs(
     env_id: str, episodes: int, max_episode_steps: Optional[int], render: bool
 ) -> gym.vector.SyncVectorEnv:
-    """``episodes`` envs; with ``render``, env 0 draws RGB frames (off-screen, no display needed)."""
+    """``episodes`` envs; with ``render``, env 0 draws RGB frames (off-screen, no display
+    needed)."""
     if not render:
         return make_vec_env(env_id, episodes, max_episode_steps, training=False)
     check_env_id(env_id)

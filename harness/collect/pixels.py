@@ -66,8 +66,9 @@ def make_minatar(game: str, **kwargs: Any) -> gym.Env:
 
 
 class GameStats(gym.Wrapper):
-    """Puts the whole game's return and length (raw rewards, every agent step) in the info of the step that ends
-    it; wrappers above may clip rewards and end episodes at lost lives (the collector reports these games)."""
+    """Puts the whole game's return and length (raw rewards, every agent step) in the info of the
+    step that ends it; wrappers above may clip rewards and end episodes at lost lives (the collector
+    reports these games)."""
 
     reports_games = True
 
@@ -85,8 +86,8 @@ class GameStats(gym.Wrapper):
 
 
 class EpisodicLife(gym.Wrapper):
-    """A lost life ends the learner's episode (``terminated``) without resetting the game: the next ``reset``
-    only steps a no-op, unless the game is over."""
+    """A lost life ends the learner's episode (``terminated``) without resetting the game: the next
+    ``reset`` only steps a no-op, unless the game is over."""
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         if getattr(self, "game_over", True):
@@ -119,8 +120,8 @@ class FireReset(gym.Wrapper):
 
 
 def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
-    """Atari's ``game`` (``Breakout``, ...), preprocessed as the module says; ``training``: with the learner's
-    episodes (lives), FIRE on reset and clipped rewards."""
+    """Atari's ``game`` (``Breakout``, ...), preprocessed as the module says; ``training``: with the
+    learner's episodes (lives), FIRE on reset and clipped rewards."""
     import ale_py  # an extra: check_env_id names it when missing
 
     gym.register_envs(ale_py)

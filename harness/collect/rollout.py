@@ -143,8 +143,8 @@ class RolloutCollector:
         self.games = reports_games(
             envs
         )  # Atari: count whole games (raw returns), not the learner's episodes
-        # A supervised worker's heartbeat (harness.roles.supervisor): [when it last stepped (0: not stepping),
-        # frames stepped since its supervisor last took a batch]
+        # A supervised worker's heartbeat (harness.roles.supervisor): [when it last stepped (0: not
+        # stepping), frames stepped since its supervisor last took a batch]
         self.heartbeat: np.ndarray | None = None
         self.seed = seed  # the first reset's; a resumed run's collector reseeds past it
         self.reset(seed)
@@ -192,7 +192,8 @@ class RolloutCollector:
         self.stats["collect_s"].fill_(time.perf_counter() - started)
         if beat is not None:
             beat[0] = (
-                0.0  # not stepping: what follows (evaluation, handing the batch over) is not watched
+                # not stepping: what follows (evaluation, handing the batch over) is not watched
+                0.0
             )
         return self.batch
 
@@ -232,8 +233,9 @@ class RolloutCollector:
         self.batch["next_obs"].copy_(self.obs)
 
     def _count_games(self, final: list[tuple[int, dict]]) -> None:
-        """Games that ended in this batch, as the envs report them (:class:`harness.collect.pixels.GameStats`):
-        their raw returns and lengths, where the learner's episodes end at lost lives and see clipped rewards."""
+        """Games that ended in this batch, as the envs report them
+        (:class:`harness.collect.pixels.GameStats`): their raw returns and lengths, where the
+        learner's episodes end at lost lives and see clipped rewards."""
         for _, info in final:
             ended = info["final_info"]
             for i in np.flatnonzero(ended.get("_game_return", ())):

@@ -10,16 +10,14 @@ and a daemon thread, waking a few times per timeout, ends the process when one
 step has lasted longer than the bound, after writing an error that names the
 env, its index, its seed and the step.
 
-Limits: the process ends (``os._exit``: the hung thread may hold any lock, so
-nothing that could wait on it runs), and the env is not made again as after
-an exception: with ``collector.max_restarts`` its rank replaces the worker
-process (:mod:`harness.roles.supervisor`, which also catches a hang that
-holds the GIL, where this thread cannot run), else torchrun
-``--max-restarts`` restarts the job from its newest checkpoint. The bound is checked every quarter of it, so a hang is named
-between 1 and 1.25 timeouts after the step began. A step that is merely slow
-past the bound is taken for a hung one: set the bound well above the env's
-slowest step, or 0 to turn the watchdog off.
-"""
+Limits: the process ends (``os._exit``: the hung thread may hold any lock, so nothing that could
+wait on it runs), and the env is not made again as after an exception: with
+``collector.max_restarts`` its rank replaces the worker process (:mod:`harness.roles.supervisor`,
+which also catches a hang that holds the GIL, where this thread cannot run), else torchrun
+``--max-restarts`` restarts the job from its newest checkpoint. The bound is checked every quarter
+of it, so a hang is named between 1 and 1.25 timeouts after the step began. A step that is merely
+slow past the bound is taken for a hung one: set the bound well above the env's slowest step, or 0
+to turn the watchdog off."""
 
 from __future__ import annotations
 
@@ -70,7 +68,8 @@ _lock = threading.Lock()
 
 
 def watchdog(timeout_s: float) -> StepWatchdog | None:
-    """This process's watchdog for ``timeout_s`` (one thread, whatever the envs); None for 0 (no bound)."""
+    """This process's watchdog for ``timeout_s`` (one thread, whatever the envs); None for 0 (no
+    bound)."""
     if timeout_s <= 0:
         return None
     with _lock:

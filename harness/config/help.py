@@ -110,7 +110,8 @@ def settings(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:
 
 
 def help_text(cfg: DictConfig, choices: dict[str, Any], usage: str) -> str:
-    """The whole ``--help``: usage, the groups this config composes with the chosen options starred, every setting."""
+    """The whole ``--help``: usage, the groups this config composes with the chosen options starred,
+    every setting."""
     lines = [usage, "", "Groups (* chosen):"]
     for group, options in groups().items():
         if group not in choices:

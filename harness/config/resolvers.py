@@ -1,4 +1,5 @@
-"""The resolvers ``conf/config.yaml`` names, registered with the config's schemas (``harness.config.register_configs``)."""
+"""The resolvers ``conf/config.yaml`` names, registered with the config's schemas
+(``harness.config.register_configs``)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ def sweep_name(run_name: Optional[str]) -> str:
 
 
 def rank0_level() -> str:
-    """The level of Hydra's own log lines ("Launching 2 jobs locally", "#1 : seed=2"): every rank runs
-    Hydra, and only rank 0 talks, as the harness's own lines do."""
+    """The level of Hydra's own log lines ("Launching 2 jobs locally", "#1 : seed=2"): every rank
+    runs Hydra, and only rank 0 talks, as the harness's own lines do."""
     return "INFO" if os.environ.get("RANK", "0") == "0" else "WARNING"
 
 
 def register() -> None:
     """``harness.sweep_name`` is cached, as Hydra's ``now`` is, so that every job of a sweep, and a
-    submitit launcher's jobs (the cache travels with their config), read the name the sweep began with."""
+    submitit launcher's jobs (the cache travels with their config), read the name the sweep began
+    with."""
     OmegaConf.register_new_resolver("harness.sweep_name", sweep_name, use_cache=True, replace=True)
     OmegaConf.register_new_resolver("harness.rank0_level", rank0_level, replace=True)

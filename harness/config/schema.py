@@ -32,8 +32,8 @@ class TopologyConfig:
     """Which ranks do what."""
 
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
-    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.cli.join HOST:PORT) while it
-    # runs; async mode, one trainer (docs/scaling.md)
+    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.cli.join
+    # HOST:PORT) while it runs; async mode, one trainer (docs/scaling.md)
     join_port: int = 0
 
 
@@ -44,7 +44,10 @@ class TrainerConfig:
     device: str = (
         "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
     )
-    threads: str = "auto"  # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left after one per collector, shared by its trainers; all: every core of the node, shared by its trainers (sync rounds: the collectors wait while they learn)
+    # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left
+    # after one per collector, shared by its trainers; all: every core of the node, shared by its
+    # trainers (sync rounds: the collectors wait while they learn)
+    threads: str = "auto"
 
     def __post_init__(self) -> None:
         check_placement("trainer", self.device, self.threads)
@@ -65,9 +68,12 @@ class EnvConfig:
 class EvalConfig:
     """Deterministic-policy episodes on a collector rank, with the published weights."""
 
-    every_frames: int = 0  # evaluate each time this many more frames were learned from, and the final weights; 0: never
+    # evaluate each time this many more frames were learned from, and the final weights; 0: never
+    every_frames: int = 0
     episodes: int = 5  # episodes per evaluation (one per env of a dedicated vector env)
-    video_every: int = 0  # record the first episode of the 1st, (K+1)th, ... evaluation to <run_dir>/videos/*.mp4; 0: never
+    # record the first episode of the 1st, (K+1)th, ... evaluation to <run_dir>/videos/*.mp4; 0:
+    # never
+    video_every: int = 0
 
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.episodes < 1:
@@ -87,7 +93,8 @@ LOGGER_BACKENDS = ("csv", "wandb", "tensorboard")
 
 @dataclass
 class LoggerConfig:
-    """Trainer 0's metrics: always a CSV in the run directory and console progress; wandb and TensorBoard on request."""
+    """Trainer 0's metrics: always a CSV in the run directory and console progress; wandb and
+    TensorBoard on request."""
 
     backends: list[str] = field(
         default_factory=lambda: ["csv"]
@@ -95,14 +102,17 @@ class LoggerConfig:
     log_every_frames: int = (
         10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
     )
-    console: bool = True  # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
+    # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
+    console: bool = True
     mode: str = (
         "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
     )
     project: str = "harness"  # wandb project
     entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
     group: Optional[str] = (
-        None  # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's runs
+        # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a
+        # sweep's runs
+        None
     )
     name: Optional[str] = None  # wandb run name; default: the run directory's name
     tags: list[str] = field(
@@ -137,21 +147,25 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 1  # fixes every rank's envs and networks
-    # shared by all ranks; default: <runs_root>/<run_name>, else <runs_root>/<launch time>-<algo>-<env>-seed<seed>
+    # shared by all ranks; default: <runs_root>/<run_name>, else <runs_root>/<launch
+    # time>-<algo>-<env>-seed<seed>
     run_dir: Optional[str] = None
-    # the run directory <runs_root>/<run_name>, which the same command resumes; in a sweep (-m), the sweep's directory
+    # the run directory <runs_root>/<run_name>, which the same command resumes; in a sweep (-m), the
+    # sweep's directory
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
     dataset: Optional[str] = (
-        None  # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+        # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+        None
     )
 
     def __post_init__(self) -> None:
         self._check_dataset()
         if self.seed < 0:
-            # Every rank derives its seeds from this one (rank r's envs: seed + r * num_envs onwards),
-            # and gymnasium refuses a negative seed only when the first env is reset, on one rank.
+            # Every rank derives its seeds from this one (rank r's envs: seed + r * num_envs
+            # onwards), and gymnasium refuses a negative seed only when the first env is reset, on
+            # one rank.
             raise ValueError(
                 f"seed={self.seed}: seeds must be >= 0, since every rank's envs and networks derive theirs "
                 "from it: pick seed=0 or more"
@@ -242,7 +256,8 @@ class Config:
 
     @property
     def algo_env(self) -> str:
-        """``<algo>-<env id>``: the default wandb group, and the middle of a default run directory's name."""
+        """``<algo>-<env id>``: the default wandb group, and the middle of a default run directory's
+        name."""
         return f"{self.algo.name}-{self.env.id}"
 
 

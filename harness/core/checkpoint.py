@@ -1,10 +1,10 @@
 """Checkpoints: written by trainer 0, read by every trainer on start-up.
 
-``<run_dir>/checkpoints/step-<step>/`` (env frames; offline: gradient steps) holds ``state.pt`` (models and
-optimisers, unwrapped from DDP; counters; every trainer's RNG state) and
-``meta.json`` (what the checkpoint is: algorithm, env, counters). A checkpoint
-is written under a temporary name and renamed when complete, so a crash never
-leaves a half-written ``step-*``; the newest ``checkpoint.keep`` are kept.
+``<run_dir>/checkpoints/step-<step>/`` (env frames; offline: gradient steps) holds ``state.pt``
+(models and optimisers, unwrapped from DDP; counters; every trainer's RNG state) and ``meta.json``
+(what the checkpoint is: algorithm, env, counters). A checkpoint is written under a temporary name
+and renamed when complete, so a crash never leaves a half-written ``step-*``; the newest
+``checkpoint.keep`` are kept.
 
 Loading uses ``torch.load(weights_only=True)``: a checkpoint holds tensors and
 plain values only, and nothing in one can run code. ``meta.json`` records the
@@ -39,13 +39,17 @@ class CheckpointConfig:
     )
     keep: int = 3  # newest checkpoints kept; older ones are deleted
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
-    start_over: bool = False  # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
-    replay_buffer: bool = False  # off-policy: keep the replay buffer in checkpoints (large: algo.buffer_size transitions)
-    # a new run's starting point: a checkpoint (<run dir>/checkpoints/step-*) or a run directory (its newest intact
-    # checkpoint), whose networks' weights this run starts from, with its own settings and counters at 0
+    # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
+    start_over: bool = False
+    # off-policy: keep the replay buffer in checkpoints (large: algo.buffer_size transitions)
+    replay_buffer: bool = False
+    # a new run's starting point: a checkpoint (<run dir>/checkpoints/step-*) or a run directory
+    # (its newest intact checkpoint), whose networks' weights this run starts from, with its own
+    # settings and counters at 0
     init_from: Optional[str] = None
-    # what else init_from brings: normalizer (observation statistics, reward scale: the weights were learned on
-    # inputs so scaled), optimizer (Adam's moments; by default a new run's optimiser starts afresh, as torchtitan's)
+    # what else init_from brings: normalizer (observation statistics, reward scale: the weights were
+    # learned on inputs so scaled), optimizer (Adam's moments; by default a new run's optimiser
+    # starts afresh, as torchtitan's)
     init_with: list[str] = field(default_factory=lambda: ["normalizer"])
 
     def __post_init__(self) -> None:
@@ -72,7 +76,8 @@ INIT_WITH = (
 
 
 def holds_a_checkpoint(path: Path) -> bool:
-    """``path`` is a checkpoint (``step-*``: ``meta.json``, ``state.pt``) or a run directory with some."""
+    """``path`` is a checkpoint (``step-*``: ``meta.json``, ``state.pt``) or a run directory with
+    some."""
     return (path / "meta.json").exists() or any(checkpoint_dir(path).glob("step-*"))
 
 
@@ -215,7 +220,8 @@ def read(path: Path) -> tuple[dict, dict]:
 
 
 def newest_readable(run_dir: Path, fix: str) -> tuple[dict, dict, Path] | None:
-    """The newest checkpoint of ``run_dir`` that can be read, as ``(state, meta, path)``; None when it has none.
+    """The newest checkpoint of ``run_dir`` that can be read, as ``(state, meta, path)``; None when
+    it has none.
 
     A truncated or corrupt checkpoint is skipped with a warning that names it
     (the one before it is used); when none can be read, that is an error
@@ -240,8 +246,8 @@ def newest_readable(run_dir: Path, fix: str) -> tuple[dict, dict, Path] | None:
 
 
 def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path] | None:
-    """The run's newest valid checkpoint as ``(state, meta, path)``, or None (:func:`newest_readable`);
-    one from another algorithm or env is refused."""
+    """The run's newest valid checkpoint as ``(state, meta, path)``, or None
+    (:func:`newest_readable`); one from another algorithm or env is refused."""
     fix = (
         "Nothing was changed: use another run_dir= to start a new run, or "
         "checkpoint.start_over=true to move this run's files aside and start over in the same directory"
@@ -257,8 +263,8 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
 
 
 def load_init(init_from: str) -> tuple[dict, dict, Path]:
-    """``checkpoint.init_from``'s checkpoint as ``(state, meta, path)``: the one it names, or the newest
-    intact one of the run directory it names; read and checked as a resume's are."""
+    """``checkpoint.init_from``'s checkpoint as ``(state, meta, path)``: the one it names, or the
+    newest intact one of the run directory it names; read and checked as a resume's are."""
     where = Path(init_from)
     if (where / "meta.json").exists():
         try:

@@ -141,7 +141,8 @@ class BatchReceiver:
         self.last_seen = {c: time.monotonic() for c in collectors}
 
     def _error(self, c: int, cause: object, wait: Wait) -> ChannelError:
-        """Collector ``c``'s batch did not come: ``wait`` says for how long, and whether it is gone."""
+        """Collector ``c``'s batch did not come: ``wait`` says for how long, and whether it is
+        gone."""
         return ChannelError(
             f"rank {self.rank} (trainer) got no batch from collector rank {c}: "
             f"{wait.ended(cause, 'that collector')}. See its log{wait.advice('it is only stalled')}. "

@@ -9,11 +9,10 @@ A dataset is a directory:
   behaviour policy's episodes, and the random and expert reference returns
   that normalised scores use: ``100 * (R - random) / (expert - random)``.
 
-``meta.json`` is written last, so a directory without it is an unfinished
-write and is refused. Reading never writes: every file's size is checked
-against ``meta.json`` before anything is mapped, and the maps are read-only. ``dataset=minari:<id>`` reads a Minari dataset that is
-already on this machine instead (see :mod:`harness.data.minari`).
-"""
+``meta.json`` is written last, so a directory without it is an unfinished write and is refused.
+Reading never writes: every file's size is checked against ``meta.json`` before anything is mapped,
+and the maps are read-only. ``dataset=minari:<id>`` reads a Minari dataset that is already on this
+machine instead (see :mod:`harness.data.minari`)."""
 
 from __future__ import annotations
 

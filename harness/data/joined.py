@@ -1,4 +1,5 @@
-"""Batches from collectors that joined a running job (``topology.join_port``; :mod:`harness.cli.join`).
+"""Batches from collectors that joined a running job (``topology.join_port``;
+:mod:`harness.cli.join`).
 
 The job's process groups are fixed when it starts, so a collector of another
 launch cannot enter them. Trainer 0 keeps a TCP store on the join port
@@ -64,7 +65,8 @@ class JoinDesk:
         timeout_s: float,
         server: dist.Store | None = None,
     ):
-        """``server``: the store's own, when ``store`` is a prefix of it (kept as long as the desk)."""
+        """``server``: the store's own, when ``store`` is a prefix of it (kept as long as the
+        desk)."""
         self.store, self.template, self.timeout_s, self.server = store, template, timeout_s, server
         self.seen = 0  # joiners that took a number
         self.waiting: list[
@@ -80,7 +82,8 @@ class JoinDesk:
     def poll(self) -> TensorDict | None:
         """A joined collector's batch if one is in, valid until the next call; never blocks long."""
         if self.taken is not None:
-            self.taken.set()  # the last one was used: its collector's next batch may land in its buffer
+            # the last one was used: its collector's next batch may land in its buffer
+            self.taken.set()
             self.taken = None
         if (
             time.monotonic() - self.looked_at > LOOK_S
@@ -116,7 +119,8 @@ class JoinDesk:
         thread.start()
 
     def _receive(self, number: int, who: str) -> None:
-        """One joined collector's batches into one buffer, each handed over and used before the next lands."""
+        """One joined collector's batches into one buffer, each handed over and used before the next
+        lands."""
         try:
             group = pair_group(self.store, number, 0, self.timeout_s)
             batch = pack(self.template.clone())
@@ -155,7 +159,8 @@ class JoinedSender:
         self.group, self.timeout_s = group, timeout_s
 
     def send(self, batch: TensorDict, while_waiting: Callable[[], object] | None = None) -> None:
-        """Returns once the trainer took ``batch``; ``while_waiting`` is called meanwhile (async mode: the weights)."""
+        """Returns once the trainer took ``batch``; ``while_waiting`` is called meanwhile (async
+        mode: the weights)."""
         batch["stats", "joined"].fill_(1)
         batch[
             "stats", "preempt"

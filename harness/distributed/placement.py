@@ -35,7 +35,8 @@ THREAD_VARIABLES = (
 
 
 def check_placement(section: str, device: str, threads: str) -> None:
-    """A ``trainer`` or ``collector`` section's ``device`` and ``threads``, checked when the config loads."""
+    """A ``trainer`` or ``collector`` section's ``device`` and ``threads``, checked when the config
+    loads."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
     named = (
@@ -98,7 +99,8 @@ def check_devices(
     scheme: str,
     single_process: bool,
 ) -> None:
-    """The device choices that cannot work together, whichever node a rank is on (every rank finds the same)."""
+    """The device choices that cannot work together, whichever node a rank is on (every rank finds
+    the same)."""
     if single_process:
         return
     if collector_device == "cuda" and not gpu_collectors:
@@ -128,16 +130,17 @@ def place(
     gpus: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> Placement:
-    """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``;
-    ``*_threads``: ``auto``, a count, or (trainers) ``all``. ``gpu_collectors``: the weight sync scheme
-    (``scheme``, for messages) delivers weights to a GPU per collector, so every
-    rank that takes part needs one of its own. ``cores``/``gpus``/``env`` (the
-    thread variables) default to this machine's and this process's."""
+    """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``; ``*_threads``: ``auto``,
+    a count, or (trainers) ``all``. ``gpu_collectors``: the weight sync scheme (``scheme``, for
+    messages) delivers weights to a GPU per collector, so every rank that takes part needs one of
+    its own. ``cores``/``gpus``/``env`` (the thread variables) default to this machine's and this
+    process's."""
     cores = usable_cores() if cores is None else cores
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
     check_devices(trainer_device, collector_device, gpu_collectors, scheme, layout.single_process)
-    # This rank's own role only: a job of GPU trainer nodes and CPU collector nodes is a layout, not a mistake.
+    # This rank's own role only: a job of GPU trainer nodes and CPU collector nodes is a layout, not
+    # a mistake.
     role, choice = ("trainer", trainer_device) if is_trainer else ("collector", collector_device)
     if choice == "cuda" and gpus == 0:
         raise PlacementError(

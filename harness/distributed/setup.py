@@ -81,7 +81,8 @@ def join(
 
 
 class SchemeGroups(Protocol):
-    """What a weight sync scheme adds to the job's groups (every scheme of ``harness.sync`` is one)."""
+    """What a weight sync scheme adds to the job's groups (every scheme of ``harness.sync`` is
+    one)."""
 
     def make_groups(self, groups: Groups, layout: Layout, wait_s: float) -> None: ...
 

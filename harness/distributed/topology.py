@@ -148,7 +148,8 @@ class Layout:
 
     @property
     def first_of_role_on_node(self) -> int:
-        """The lowest rank on this node with this rank's role (who speaks for a check only that role makes)."""
+        """The lowest rank on this node with this rank's role (who speaks for a check only that role
+        makes)."""
         return min(r for r in self.node_ranks if (r < self.trainers) == self.is_trainer)
 
     def trainer_of(self, collector_rank: int) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 
-# What a peer's end looks like in the errors of gloo, the TCP store, the OS and the shared-memory reader.
+# What a peer's end looks like in the errors of gloo, the TCP store, the OS and the shared-memory
+# reader.
 _GONE = (
     (("connection refused",), "the connection was refused"),
     (
@@ -31,8 +32,8 @@ _GONE = (
 
 
 def peer_gone(cause: object) -> str | None:
-    """What ``cause`` (an error, or its text) says of the peer: ``the connection
-    was refused``, ``the connection was closed``, ``its process is dead``; None when it does not say."""
+    """What ``cause`` (an error, or its text) says of the peer: ``the connection was refused``,
+    ``the connection was closed``, ``its process is dead``; None when it does not say."""
     text = str(cause).lower()
     for patterns, said in _GONE:
         if any(p in text for p in patterns):
@@ -80,5 +81,6 @@ class Wait:
         return f"failed after {self.seconds:.1f} s (its limit: {self.timeout_s:g} s)"
 
     def advice(self, what: str = "it is only slow") -> str:
-        """``; raise dist_timeout_s if it is only slow`` for a wait that ran out; nothing for one that failed."""
+        """``; raise dist_timeout_s if it is only slow`` for a wait that ran out; nothing for one
+        that failed."""
         return f"; raise {self.setting} if {what}" if self.ran_out and self.setting else ""

@@ -50,7 +50,8 @@ class Figures:
                     self.eval_final = key == "eval/final_return"
 
     def text(self) -> str:
-        """``return 23.5 | eval 480.0 | lag 0.00`` (``sync=none``: ``gap 16``), each part once it is known."""
+        """``return 23.5 | eval 480.0 | lag 0.00`` (``sync=none``: ``gap 16``), each part once it is
+        known."""
         parts = []
         frozen = "sync/version_gap" in self.values
         lag = (

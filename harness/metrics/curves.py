@@ -22,7 +22,8 @@ from omegaconf import OmegaConf
 
 from harness.metrics.flat import flat
 
-# Where a run went and what it is called, not how it learns: runs that differ only here are one group.
+# Where a run went and what it is called, not how it learns: runs that differ only here are one
+# group.
 NAMING_KEYS = frozenset(
     {
         "seed",
@@ -57,7 +58,8 @@ class RunDataError(ValueError):
 
 @dataclass(frozen=True)
 class Run:
-    """One run directory's metrics, and its config without :data:`NAMING_KEYS` (None: no config.yaml)."""
+    """One run directory's metrics, and its config without :data:`NAMING_KEYS` (None: no
+    config.yaml)."""
 
     path: Path
     step: str  # the step column: "frames", or "gradient_steps" offline
@@ -66,7 +68,8 @@ class Run:
     seed: object = None
 
     def series(self, x_key: str, y_key: str) -> Series:
-        """The rows where ``y_key`` was logged, as (x, y); ``x_key`` "step" is the run's step column."""
+        """The rows where ``y_key`` was logged, as (x, y); ``x_key`` "step" is the run's step
+        column."""
         x = self.columns.get(self.step if x_key == "step" else x_key)
         y = self.columns.get(y_key)
         if x is None or y is None:
@@ -148,7 +151,8 @@ def load_run(run_dir: Path) -> Run:
     }
     if not (run_dir / "config.yaml").exists():
         return Run(run_dir, step, columns, None)
-    # Unresolved: config.yaml keeps ${oc.env:...} secrets as written, and they need not resolve here.
+    # Unresolved: config.yaml keeps ${oc.env:...} secrets as written, and they need not resolve
+    # here.
     tree = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
     # Lists as tuples: comparable and printable.
     settings = {
@@ -160,7 +164,8 @@ def load_run(run_dir: Path) -> Run:
 
 
 def describe_seeds(seeds: list) -> str:
-    """ "2 seeds: 1, 2"; "2 runs, seed 1" (the same seed twice is not two seeds); "" for one run of unknown seed."""
+    """ "2 seeds: 1, 2"; "2 runs, seed 1" (the same seed twice is not two seeds); "" for one run of
+    unknown seed."""
     counts = Counter("?" if s is None else s for s in seeds)
     order = sorted(
         counts, key=lambda s: (0, s, "") if isinstance(s, (int, float)) else (1, 0, str(s))
@@ -241,7 +246,8 @@ def show(value: object) -> str:
 
 def aggregate(series: list[Series], how: str = "mean", points: int = 200) -> Optional[Curve]:
     """The runs' ``how`` (a key of :data:`AGGREGATES`) on a grid over the x range that every run
-    covers, each run interpolated onto it; None when some run has no points or they share no range."""
+    covers, each run interpolated onto it; None when some run has no points or they share no
+    range."""
     if how not in AGGREGATES:
         raise ValueError(f"aggregate {how!r}: choose one of {', '.join(AGGREGATES)}")
     if not series or any(len(x) == 0 for x, _ in series):

@@ -1,12 +1,11 @@
 """Weights & Biases: one run per job, written by trainer 0 only.
 
-The run is named after the run directory, grouped by the experiment preset
-(``logger.group``; a sweep's runs of one preset share it), and tagged with the
-algorithm, the env and the weight sync scheme. The run id is kept in
-``<run_dir>/wandb_id`` so that a resumed job continues the same wandb run. wandb is a window on the run, never a reason to stop it:
-if it fails (no network, a bad key, a full disk), the failure is reported once
-and training goes on with the CSV log. Keys are never printed or saved.
-"""
+The run is named after the run directory, grouped by the experiment preset (``logger.group``; a
+sweep's runs of one preset share it), and tagged with the algorithm, the env and the weight sync
+scheme. The run id is kept in ``<run_dir>/wandb_id`` so that a resumed job continues the same wandb
+run. wandb is a window on the run, never a reason to stop it: if it fails (no network, a bad key, a
+full disk), the failure is reported once and training goes on with the CSV log. Keys are never
+printed or saved."""
 
 from __future__ import annotations
 
@@ -24,7 +23,8 @@ def _scrub(text: str) -> str:
 
 
 def tags(config: dict, extra: list[str]) -> list[str]:
-    """The algorithm, env and sync scheme of ``config`` (as config.yaml holds it), then ``extra``."""
+    """The algorithm, env and sync scheme of ``config`` (as config.yaml holds it), then
+    ``extra``."""
     known = [
         config.get("algo", {}).get("name"),
         config.get("env", {}).get("id"),
@@ -55,13 +55,15 @@ class WandbSink:
                 id=run_id,
                 resume="allow",
                 mode=cfg.mode,
-                # Offline, quiet: wandb's own footer would print the `wandb sync` command beside ours (close).
+                # Offline, quiet: wandb's own footer would print the `wandb sync` command beside
+                # ours (close).
                 settings=wandb.Settings(
                     console="off", init_timeout=cfg.init_timeout_s, quiet=cfg.mode == "offline"
                 ),
             )
             id_file.write_text(run_id)
-            # Charts against env frames (offline: gradient steps), so a resumed run's rows land where they belong.
+            # Charts against env frames (offline: gradient steps), so a resumed run's rows land
+            # where they belong.
             self.run.define_metric(step)
             self.run.define_metric("*", step_metric=step)
         except Exception as e:  # wandb must never stop training

@@ -28,7 +28,8 @@ REPLACEMENT_SEED = (
 
 
 class Outlet(Protocol):
-    """Where a collector's batches go: its trainer (:class:`BatchSender`), or the rank that supervises it."""
+    """Where a collector's batches go: its trainer (:class:`BatchSender`), or the rank that
+    supervises it."""
 
     def send(
         self, batch: TensorDict, while_waiting: Callable[[], object] | None = None

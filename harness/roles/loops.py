@@ -42,7 +42,8 @@ class TrainerSteps(Protocol):
         """One batch from every collector of this trainer (a sync round)."""
 
     def receive_fresh(self) -> TensorDict:
-        """The next batch none of whose frames is older than ``collector.max_policy_lag`` versions."""
+        """The next batch none of whose frames is older than ``collector.max_policy_lag``
+        versions."""
 
     def ready(self, batches: list[TensorDict]) -> None:
         """This update's input is in hand (counted in the statistics); several trainers meet."""
@@ -57,7 +58,8 @@ class TrainerSteps(Protocol):
         """Send the current weights as a new version; returns milliseconds."""
 
     def evaluations(self, wait: bool) -> None:
-        """Offline: take the collectors' evaluations; with ``wait``, those of the newest version first."""
+        """Offline: take the collectors' evaluations; with ``wait``, those of the newest version
+        first."""
 
     def end_update(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
         """The safe point between updates: checkpoint when due or asked, a log row when due."""
@@ -136,7 +138,8 @@ def for_run(cfg: Config, layout: Layout, offline: bool) -> Callable[[TrainerStep
         wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
         return lambda trainer: offline_steps(trainer, cfg.sync.publish_every_updates, wait_bound_s)
     if cfg.collector.mode == "async":
-        # On-policy: a round's frames an update, as in sync mode; replay algorithms: each batch as it comes.
+        # On-policy: a round's frames an update, as in sync mode; replay algorithms: each batch as
+        # it comes.
         per_update = max(len(layout.collectors_of(0)), 1) if ALGOS[cfg.algo.name].on_policy else 1
         return lambda trainer: async_stream(
             trainer, trainers, cfg.sync.publish_every_updates, per_update

@@ -33,8 +33,9 @@ def stop_reason() -> str:
 
 
 def resume_hint(run_dir: Path, run_name: str | None) -> str:
-    """How to continue a stopped run: every launch of the same command with its run directory resumes
-    from the newest checkpoint there; ``run_name=`` names it already, a default name is the launch's time."""
+    """How to continue a stopped run: every launch of the same command with its run directory
+    resumes from the newest checkpoint there; ``run_name=`` names it already, a default name is the
+    launch's time."""
     return (
         "the same command"
         if run_name

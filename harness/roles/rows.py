@@ -19,8 +19,9 @@ class RowClock:
     def rates(
         self, step: int, frames: int, updates: int, offline: bool, waited_s: float = 0.0
     ) -> dict[str, float]:
-        """The rates since the previous row (offline runs collect no frames), and the share of that time a trainer
-        spent waiting for batches (``waited_s``); the next row is due ``every`` steps on."""
+        """The rates since the previous row (offline runs collect no frames), and the share of that
+        time a trainer spent waiting for batches (``waited_s``); the next row is due ``every`` steps
+        on."""
         now = time.monotonic()
         started, frames_then, updates_then = self.since
         elapsed = now - started

@@ -207,7 +207,8 @@ class JoinedBatches:
 
 
 def open_join_desk(cfg: Config, publisher: WeightPublisher, template: TensorDict) -> JoinDesk:
-    """Trainer 0's join store on ``topology.join_port``: the job's config, its weights, and the collectors' numbers."""
+    """Trainer 0's join store on ``topology.join_port``: the job's config, its weights, and the
+    collectors' numbers."""
     port = cfg.topology.join_port
     try:
         server = dist.TCPStore(

@@ -276,7 +276,8 @@ class Supervisor:
         self._tell("sent")
 
     def close(self, timeout_s: float) -> None:
-        """The worker's end: after the stop it exits by itself (its last message first); else it is killed."""
+        """The worker's end: after the stop it exits by itself (its last message first); else it is
+        killed."""
         w = self.worker
         w.process.join(timeout_s)
         if w.process.is_alive():
@@ -286,7 +287,8 @@ class Supervisor:
 
 
 def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> None:
-    """:func:`harness.roles.collector.run_collector`'s loop, with the envs in a supervised worker."""
+    """:func:`harness.roles.collector.run_collector`'s loop, with the envs in a supervised
+    worker."""
     rank = layout.rank
     subscriber = make_subscriber(cfg.sync, rank, groups)
     assert isinstance(subscriber, Subscriber)  # every scheme's ends are endpoints'

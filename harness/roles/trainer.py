@@ -54,7 +54,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
         self.ddp_group = groups.trainers if groups is not None else None
-        # train.py resolves trainer.device from the placement; a Trainer built elsewhere (a test's) keeps "auto" on the CPU.
+        # train.py resolves trainer.device from the placement; a Trainer built elsewhere (a test's)
+        # keeps "auto" on the CPU.
         device = "cpu" if cfg.trainer.device == "auto" else cfg.trainer.device
         self.algo: Algorithm = algorithm_for(cfg.algo.name, spec)(
             cfg.algo, spec, cfg.collector.total_frames, self.ddp_group, device=device
@@ -110,7 +111,8 @@ class Trainer:
         every = cfg.checkpoint.every_frames
         self.next_checkpoint = (self.step // every + 1) * every if every else None
         self.preempted = False
-        self.asked = False  # this update: a trainer was asked to stop (signal, or a collector's preempt flag)
+        # this update: a trainer was asked to stop (signal, or a collector's preempt flag)
+        self.asked = False
         self.final_row: dict[str, float] | None = (
             None  # the last update's row: run() writes it once the run has ended
         )
@@ -133,7 +135,8 @@ class Trainer:
         return self.progress.updates
 
     def _resume(self) -> Optional[Path]:
-        """Every trainer loads the run's newest valid checkpoint, or a new run checkpoint.init_from's (TrainerState.restore)."""
+        """Every trainer loads the run's newest valid checkpoint, or a new run
+        checkpoint.init_from's (TrainerState.restore)."""
         path = self.state.restore(
             self.run_dir, self.cfg.checkpoint, self.cfg.algo.name, self.cfg.env.id
         )
@@ -142,7 +145,8 @@ class Trainer:
         return path
 
     def report_devices(self, when: str) -> None:
-        """Every tensor of the algorithm on its device, read off the tensors (a wrong one raises, named)."""
+        """Every tensor of the algorithm on its device, read off the tensors (a wrong one raises,
+        named)."""
         found = check_devices(self.algo)
         if self.layout.rank == 0:
             log.info("device check %s: rank 0 trainer: %s", when, found)
@@ -183,9 +187,10 @@ class Trainer:
         return batches
 
     def receive_fresh(self) -> TensorDict:
-        """The next batch with no frame more than ``collector.max_policy_lag`` versions old; older ones are dropped
-        (and counted). With several trainers the version stands still while one waits here (the others wait for it
-        in ``ready``), so a collector's next batch is fresh and no trainer waits long."""
+        """The next batch with no frame more than ``collector.max_policy_lag`` versions old; older
+        ones are dropped (and counted). With several trainers the version stands still while one
+        waits here (the others wait for it in ``ready``), so a collector's next batch is fresh and
+        no trainer waits long."""
         assert self.connected.batches is not None  # an online run's
         since = time.perf_counter()
         while True:
@@ -205,10 +210,10 @@ class Trainer:
         self.eval_stats.add(self.connected.evaluations.take())
 
     def ready(self, batches: list[TensorDict]) -> None:
-        """This update's input is in hand: counted in the statistics (its lag against the newest version). With
-        several trainers: wait for the others (a trainer whose collectors are late is named after ``dist_timeout_s``)
-        before the update's gradient all-reduces, and agree whether any was asked to stop, so that all checkpoint and
-        stop after the same update."""
+        """This update's input is in hand: counted in the statistics (its lag against the newest
+        version). With several trainers: wait for the others (a trainer whose collectors are late is
+        named after ``dist_timeout_s``) before the update's gradient all-reduces, and agree whether
+        any was asked to stop, so that all checkpoint and stop after the same update."""
         for batch in batches:
             self.stats.add(batch, self.progress.version)
         asked = signals.requested() or any(float(b["stats", "preempt"]) for b in batches)
@@ -236,10 +241,11 @@ class Trainer:
             self.logger.tick(self.step)
 
     def end_update(self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float) -> None:
-        """The safe point after an update, where every collective between updates runs (with several trainers all
-        reach it after the same update): when a checkpoint is due or a trainer was asked to stop, a meeting and the
-        checkpoint's gather of RNG states (and replays); when a row is due, and after the last update, a meeting and
-        the statistics' all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
+        """The safe point after an update, where every collective between updates runs (with several
+        trainers all reach it after the same update): when a checkpoint is due or a trainer was
+        asked to stop, a meeting and the checkpoint's gather of RNG states (and replays); when a row
+        is due, and after the last update, a meeting and the statistics' all-reduce. Trainer 0
+        writes the row; the last update's waits for :meth:`run`."""
         due = self.next_checkpoint is not None and self.step >= self.next_checkpoint
         if self.asked or due:
             self.save_checkpoint()
@@ -301,9 +307,9 @@ class Trainer:
         return Header(version, frames, stop, self.algo.values_for_header(frames))
 
     def publish(self, stop: bool = False) -> float:
-        """Send the current weights as a new version, if they learned since the last publish (a run's first publish
-        sends the version it starts from); a stop is always news to every scheme (shm included), so it always carries
-        a new version. Returns milliseconds."""
+        """Send the current weights as a new version, if they learned since the last publish (a
+        run's first publish sends the version it starts from); a stop is always news to every scheme
+        (shm included), so it always carries a new version. Returns milliseconds."""
         if self.changed or (stop and self.progress.version == self.published):
             self.progress.version += 1
         self.changed = False
@@ -366,6 +372,7 @@ class Trainer:
 def run_trainer(
     cfg: Config, layout: Layout, groups: Optional[Groups], run_dir: Path
 ) -> dict[str, float]:
-    """Train until the budget is spent, in the loop the run's kind calls for; returns trainer 0's last metrics row."""
+    """Train until the budget is spent, in the loop the run's kind calls for; returns trainer 0's
+    last metrics row."""
     trainer = Trainer(cfg, layout, groups, run_dir)
     return trainer.run(loops.for_run(cfg, layout, trainer.offline))

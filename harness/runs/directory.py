@@ -58,7 +58,8 @@ MAY_CHANGE = (
 )
 # ... but where a new run starts: a run directory holds one run, started from one place.
 MUST_KEEP = ("checkpoint.init_from", "checkpoint.init_with")
-FIRST = {"algo.name": "algo", "env.id": "env.id", "seed": "seed"}  # named before other differences, in this order
+# named before other differences, in this order
+FIRST = {"algo.name": "algo", "env.id": "env.id", "seed": "seed"}
 WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 # Every name a run writes in its directory (and starting over, and the write
 # probe): a directory holding anything else without a run's config.yaml is
@@ -90,7 +91,8 @@ def differences(saved: dict, new: dict) -> list[str]:
     not strand a run; one the new config lacks reads as ``<absent>``."""
     old, now = flat(saved), flat(new)
     default = schema_defaults(str(now.get("algo.name", old.get("algo.name"))))
-    # What the run is first (another algorithm explains every hyper-parameter that differs), then the rest.
+    # What the run is first (another algorithm explains every hyper-parameter that differs), then
+    # the rest.
     compared = (k for k in set(old) | set(now) if k.startswith(MUST_KEEP) or not k.startswith(MAY_CHANGE))
     keys = sorted(compared, key=lambda k: (k not in FIRST, k))
 
@@ -167,7 +169,8 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
 
 
 def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: list[Path], newest: Path | None) -> bool:
-    """:func:`check`'s verdict on the directory itself, whose checkpoints are ``steps``, ``newest`` the newest intact."""
+    """:func:`check`'s verdict on the directory itself, whose checkpoints are ``steps``, ``newest``
+    the newest intact."""
     used = used_by_an_earlier_run(run_dir)
     if not used or restarted():
         return bool(used)
@@ -187,7 +190,8 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: l
         )
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
-        saved = cast(dict, OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False))  # config.yaml is a mapping
+        # config.yaml is a mapping
+        saved = cast(dict, OmegaConf.to_container(OmegaConf.load(saved_path), resolve=False))
         changed = differences(saved, cast(dict, OmegaConf.to_container(raw, resolve=False)))
         if changed:
             new_start = any(c.startswith(MUST_KEEP) for c in changed)
@@ -206,7 +210,8 @@ LAYOUT_FILE = "layout.json"  # the ranks a run started with: what its updates le
 
 
 def layout_record(layout: Layout) -> dict[str, int]:
-    """What a run's updates learn from: the trainers, and each one's collectors (one process collects for itself)."""
+    """What a run's updates learn from: the trainers, and each one's collectors (one process
+    collects for itself)."""
     collectors = max(layout.world_size - layout.trainers, 1)
     return {"world_size": layout.world_size, "trainers": layout.trainers, "collectors_per_trainer": collectors // layout.trainers}
 
@@ -225,8 +230,8 @@ def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
     """A resume keeps what an update learns from: the number of trainers (how a batch is split over
     them, whose replay and RNG each continues) and, in sync mode, each one's collectors (a round's
     frames: PPO's batch). Async collectors stream batches that an update takes one at a time, and an
-    offline run's only evaluate, so their number may change. A run started before the harness recorded
-    its layout is not checked."""
+    offline run's only evaluate, so their number may change. A run started before the harness
+    recorded its layout is not checked."""
     try:
         saved = json.loads((run_dir / LAYOUT_FILE).read_text())
     except (OSError, ValueError):

@@ -80,15 +80,18 @@ class TrainerState:
             self.algo.load_replay_state(replay[self.rank] if isinstance(replay, list) else replay)
         for name, value in state["progress"].items():
             setattr(self.progress, name, value)
-        if "gradient_steps" not in state["algo"] and self.algo.offline:  # saved before checkpoints kept the count
-            self.algo.gradient_steps = self.progress.updates  # offline, an update is one gradient step
+        # saved before checkpoints kept the count
+        if "gradient_steps" not in state["algo"] and self.algo.offline:
+            # offline, an update is one gradient step
+            self.algo.gradient_steps = self.progress.updates
         rng = state["rng"]
         torch.set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
 
     def restore(self, run_dir: Path, cfg: CheckpointConfig, algo: str, env_id: str) -> Optional[Path]:
         """Where this trainer starts: the run's own newest valid checkpoint (with ``cfg.resume``:
-        the run continues), else, in a new run, ``cfg.init_from``'s weights and what ``cfg.init_with``
-        names, with this run's settings, its counters and RNG as a new run's. Returns the checkpoint read."""
+        the run continues), else, in a new run, ``cfg.init_from``'s weights and what
+        ``cfg.init_with`` names, with this run's settings, its counters and RNG as a new run's.
+        Returns the checkpoint read."""
         found = checkpoint.load_latest(run_dir, algo, env_id) if cfg.resume else None
         if found is not None:
             state, _, path = found
@@ -112,8 +115,9 @@ class TrainerState:
 
 
 def mapped_state(step: Path) -> dict | None:
-    """A checkpoint's algorithm state with its tensors mapped, not read (the trainer checks their bytes against
-    their checksum when it loads them, and skips a damaged checkpoint); None if unreadable."""
+    """A checkpoint's algorithm state with its tensors mapped, not read (the trainer checks their
+    bytes against their checksum when it loads them, and skips a damaged checkpoint); None if
+    unreadable."""
     try:
         return torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)["algo"]
     except Exception:  # unreadable: the trainer says why, or takes an older one
@@ -126,8 +130,8 @@ def fresh_state(cfg: Config) -> dict:
 
 
 def check_init_from(cfg: Config) -> None:
-    """Before anything is written, on every rank: ``checkpoint.init_from``'s networks fit this run's,
-    so that a mismatch is one message at start-up."""
+    """Before anything is written, on every rank: ``checkpoint.init_from``'s networks fit this
+    run's, so that a mismatch is one message at start-up."""
     where = Path(cast(str, cfg.checkpoint.init_from))
     step = where if (where / "meta.json").exists() else max(checkpoint.checkpoint_dir(where).glob("step-*"))
     given = mapped_state(step)
@@ -136,8 +140,9 @@ def check_init_from(cfg: Config) -> None:
 
 
 def check_resumes(cfg: Config, step: Path) -> None:
-    """Before anything is written, on every rank: the checkpoint a run resumes from holds this run's networks
-    (the run's settings are its own, so only another version of the harness writes other ones)."""
+    """Before anything is written, on every rank: the checkpoint a run resumes from holds this run's
+    networks (the run's settings are its own, so only another version of the harness writes other
+    ones)."""
     given = mapped_state(step)
     if given is not None:
         fix = "Resume it with the harness that wrote it, or use another run_dir= for a new run; nothing was changed"
@@ -172,11 +177,13 @@ OTHER_NORMALIZERS = (
 
 
 def initial_state(fresh: dict, given: dict, init_with: set[str], source: str) -> dict:
-    """A new run's algorithm state (``fresh``) with ``given``'s (a checkpoint's) weights and the parts
-    ``init_with`` names. An optimiser keeps ``fresh``'s hyper-parameters (this run's lr) and takes
-    ``given``'s moments. Refused, naming the first differing tensor, when the two do not fit."""
+    """A new run's algorithm state (``fresh``) with ``given``'s (a checkpoint's) weights and the
+    parts ``init_with`` names. An optimiser keeps ``fresh``'s hyper-parameters (this run's lr) and
+    takes ``given``'s moments. Refused, naming the first differing tensor, when the two do not
+    fit."""
     loaded = {"weights", *init_with} - {"optimizer"}
-    check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)  # source: where they come from, as a setting
+    # source: where they come from, as a setting
+    check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)
     check_fits(fresh, given, loaded, source, OTHER_NORMALIZERS)
     if "optimizer" in init_with:
         check_fits(fresh, given, {"optimizer"}, source, "Leave optimizer out of checkpoint.init_with")
@@ -191,8 +198,8 @@ def initial_state(fresh: dict, given: dict, init_with: set[str], source: str) ->
 
 
 def check_fits(fresh: dict, given: dict, parts: set[str], source: str, fix: str) -> None:
-    """``given``'s entries of ``parts`` have ``fresh``'s names, and their tensors its shapes and dtypes
-    (optimisers: their names only, since a new optimiser holds no moments yet)."""
+    """``given``'s entries of ``parts`` have ``fresh``'s names, and their tensors its shapes and
+    dtypes (optimisers: their names only, since a new optimiser holds no moments yet)."""
     mine, theirs = schema_of(fresh, parts), schema_of(given, parts)
     if "optimizer" in parts:
         mine, theirs = ([f"{n} optimizer" for n, v in side.items() if part_of(n, v) == "optimizer"] for side in (fresh, given))

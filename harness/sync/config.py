@@ -22,7 +22,8 @@ class SyncConfig:
     wire_dtype: str = (
         "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
     )
-    poll_interval_s: float = 0.0002  # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
+    # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
+    poll_interval_s: float = 0.0002
     publish_every_updates: int = (
         1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
     )

@@ -59,7 +59,8 @@ class Endpoint:
 
 
 class SyncSettings(Protocol):
-    """What the schemes read of the ``sync`` config section (:class:`harness.sync.config.SyncConfig`)."""
+    """What the schemes read of the ``sync`` config section
+    (:class:`harness.sync.config.SyncConfig`)."""
 
     @property
     def name(self) -> str: ...
@@ -75,7 +76,8 @@ class Scheme(Protocol):
     """A weight sync scheme: a module of ``harness/sync/`` registered in ``SCHEMES``, which
     declares what it needs of the job and assembles its two ends."""
 
-    # Collectors act on a GPU each, to which the weights are delivered (placement gives one per rank).
+    # Collectors act on a GPU each, to which the weights are delivered (placement gives one per
+    # rank).
     gpu_collectors: bool
 
     def make_groups(self, groups: Groups, layout: Layout, wait_s: float) -> None:
@@ -143,7 +145,8 @@ class WeightPublisher(abc.ABC):
 
     @property
     def delivers_weights(self) -> bool:
-        """False where only the header travels (``sync=none``): collectors keep the weights they started with."""
+        """False where only the header travels (``sync=none``): collectors keep the weights they
+        started with."""
         return True
 
     @abc.abstractmethod

@@ -128,7 +128,8 @@ class Subscriber(WeightSubscriber):
         self.forwards.append(sink)
 
     def connect(self, models: Mapping[str, nn.Module], value_names: Sequence[str] = ()) -> None:
-        """``handshake_group`` None: a reader of a segment that its writer checked the schema for."""
+        """``handshake_group`` None: a reader of a segment that its writer checked the schema
+        for."""
         models = {} if self.header_only else models
 
         def make_payload() -> Payload:

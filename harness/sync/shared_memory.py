@@ -162,8 +162,9 @@ class Segment:
         cudart, base = torch.cuda.cudart(), int(self.control.ctypes.data)
         self.registered = int(cudart.cudaHostRegister(base, self.nbytes, 0)) == 0
         if not self.registered:
-            # The refusal stays behind as this thread's "last CUDA error", which torch would report at its
-            # next kernel launch as that kernel's failure: consume it here with a launch of our own.
+            # The refusal stays behind as this thread's "last CUDA error", which torch would report
+            # at its next kernel launch as that kernel's failure: consume it here with a launch of
+            # our own.
             try:
                 torch.ones(1, device=torch.cuda.current_device()).add_(1)
             except RuntimeError:
@@ -204,8 +205,9 @@ class ShmSink:
     def open(self, make_payload: PayloadFactory) -> None:
         payload = make_payload()
         self.segment = Segment.create(payload.buffer.numel(), self.readers + 2, self.node)
-        # A GPU trainer's (Publisher.connect pins its payloads): its weights land in the slots. A process that
-        # never touched CUDA has no pinned memory, and asking would make it a CUDA context: don't.
+        # A GPU trainer's (Publisher.connect pins its payloads): its weights land in the slots. A
+        # process that never touched CUDA has no pinned memory, and asking would make it a CUDA
+        # context: don't.
         if torch.cuda.is_initialized() and payload.buffer.is_pinned():
             self.segment.pin_for_cuda()
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]

@@ -1,1 +1,2 @@
-"""Scaffolding for tests and benchmarks: spawned gloo ranks, network-namespace nodes. The package never imports it."""
+"""Scaffolding for tests and benchmarks: spawned gloo ranks, network-namespace nodes. The package
+never imports it."""

@@ -26,7 +26,8 @@ PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 
 @pytest.mark.unit
 def test_cql_on_a_discrete_env_is_discrete_cql():
-    """One resolver, at every call site: the registry name and the env's action space give the class."""
+    """One resolver, at every call site: the registry name and the env's action space give the
+    class."""
     assert algorithm_for("cql", CARTPOLE) is DiscreteCQL
     assert algorithm_for("cql", PENDULUM) is CQL
     assert algorithm_for("sac", PENDULUM) is ALGOS["sac"]  # one form: the class itself
@@ -73,7 +74,8 @@ def test_checkpointed_state_round_trips(name, spec):
 
 
 def separate_critics(critics: Critics, target: bool = False) -> list[nn.Sequential]:
-    """Each ensemble member as the plain ``nn.Sequential`` critic it stands for, with the same weights."""
+    """Each ensemble member as the plain ``nn.Sequential`` critic it stands for, with the same
+    weights."""
     ensemble = critics.target if target else critics.online
     nets = []
     for e in range(ensemble.weight[0].shape[0]):
@@ -280,7 +282,8 @@ def test_compile_wraps_the_loss_methods_it_names():
 
 @pytest.mark.unit
 def test_compile_by_default_only_where_it_measured_faster():
-    """algo.compile=null (the default) compiles continuous CQL only; true and false are obeyed everywhere."""
+    """algo.compile=null (the default) compiles continuous CQL only; true and false are obeyed
+    everywhere."""
     cql = ALGOS["cql"]
     assert not inspect.ismethod(
         algorithm_for("cql", PENDULUM)(cql.Config(), PENDULUM, 0).critic_losses
@@ -299,7 +302,8 @@ def test_compile_by_default_only_where_it_measured_faster():
 @pytest.mark.unit
 @pytest.mark.slow
 def test_compiled_loss_equals_the_eager_one():
-    """DQN's TD loss has no sampling in it: compiled and eager must agree on the same weights and batch."""
+    """DQN's TD loss has no sampling in it: compiled and eager must agree on the same weights and
+    batch."""
     cls = ALGOS["dqn"]
     torch.manual_seed(0)
     eager = cls(cls.Config(), CARTPOLE, 1000)
@@ -326,8 +330,9 @@ def test_compiled_loss_equals_the_eager_one():
 @pytest.mark.unit
 @pytest.mark.parametrize("name", ["td3", "sac"])
 def test_off_policy_actors_store_the_action_the_env_runs(name):
-    """A saturated actor plus exploration noise: every action a collector stores lies in the box (TD3 clips
-    its noisy action, SAC's is squashed), so the replay holds what the env ran, as CleanRL's does."""
+    """A saturated actor plus exploration noise: every action a collector stores lies in the box
+    (TD3 clips its noisy action, SAC's is squashed), so the replay holds what the env ran, as
+    CleanRL's does."""
     cls = ALGOS[name]
     policy = cls.make_policy(cls.Config(), PENDULUM)
     with torch.no_grad():

@@ -1,8 +1,9 @@
-"""CQL's early phase on a task whose true Q is known: reward +1 every step, no terminals, so Q = 1 / (1 - gamma)
-= 100 on every state and action. A conservative critic may sit below 100, never below 0 (no return here is
-negative). With the actor and entropy weight learning at 3e-5 (CORL's hopper-medium settings) and the actor
-cloning the data first, it stays broad for thousands of steps; every backup through its actions at s' is
-pushed down by the penalty, and Q on the data falls towards -100 (docs/offline.md, "CQL's early phase")."""
+"""CQL's early phase on a task whose true Q is known: reward +1 every step, no terminals, so Q = 1 /
+(1 - gamma) = 100 on every state and action. A conservative critic may sit below 100, never below 0
+(no return here is negative). With the actor and entropy weight learning at 3e-5 (CORL's
+hopper-medium settings) and the actor cloning the data first, it stays broad for thousands of steps;
+every backup through its actions at s' is pushed down by the penalty, and Q on the data falls
+towards -100 (docs/offline.md, "CQL's early phase")."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ STEPS = 1000  # the old settings fell to -16 by 500 steps and -80 by 1,000
 
 
 def constant_reward_data(spec: EnvSpec, n: int = 20_000) -> TensorDict:
-    """A behaviour policy's data (a fixed tanh-linear map of the state, plus noise) on random states; reward 1."""
+    """A behaviour policy's data (a fixed tanh-linear map of the state, plus noise) on random
+    states; reward 1."""
     g = torch.Generator().manual_seed(0)
     low, high = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
     obs = torch.randn(n, spec.obs_dim, generator=g)
@@ -46,7 +48,8 @@ def constant_reward_data(spec: EnvSpec, n: int = 20_000) -> TensorDict:
 def test_cql_presets_keep_q_on_the_data_above_zero_where_it_is_100(preset):
     cfg = compose_config(f"experiment={preset}")
     spec = env_spec(cfg.env.id)
-    # The rewards are +1 already (what reward_scale makes of the task's); compiling changes how, not what.
+    # The rewards are +1 already (what reward_scale makes of the task's); compiling changes how, not
+    # what.
     algo_cfg = dataclasses.replace(cfg.algo, reward_scale=1.0, compile=False)
     torch.manual_seed(0)
     cql = CQL(algo_cfg, spec, 0)

@@ -1,5 +1,5 @@
-"""A replay of single frames (``algo.replay_frames``) gives back the stacks a naive replay holds, byte for byte,
-from real Atari batches, while it stores about one frame per transition."""
+"""A replay of single frames (``algo.replay_frames``) gives back the stacks a naive replay holds,
+byte for byte, from real Atari batches, while it stores about one frame per transition."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ KEYS = ("obs", "action", "reward", "next_obs", "terminated")
 
 
 def atari_batches(count: int, envs: int = 2, frames: int = 128) -> list[TensorDict]:
-    """``count`` batches of Breakout, as the harness preprocesses it, acted by DQN's random-start policy."""
+    """``count`` batches of Breakout, as the harness preprocesses it, acted by DQN's random-start
+    policy."""
     vec = make_vec_env("harness/Atari-Breakout-v5", envs)
     cfg = compose_config("algo=dqn", "env=breakout")
     policy = ALGOS["dqn"].make_policy(cfg.algo, spec_of(vec))

@@ -15,9 +15,9 @@ def returns(run_dir) -> list[float]:
     return column(rows(run_dir), "train/episode_return")
 
 
-# SAC learns with its losses in bfloat16 (algo.amp=bf16, docs/gpu.md: 1.27x faster on this CPU), TD3 in float32:
-# one run each covers both precisions. Budgets: one log row past where seeds 1 and 2 first scored above -300
-# (SAC by 5k frames, TD3 at 6k).
+# SAC learns with its losses in bfloat16 (algo.amp=bf16, docs/gpu.md: 1.27x faster on this CPU), TD3
+# in float32: one run each covers both precisions. Budgets: one log row past where seeds 1 and 2
+# first scored above -300 (SAC by 5k frames, TD3 at 6k).
 @pytest.mark.parametrize(
     "preset, amp, frames", [("sac_pendulum", "bf16", 5120), ("td3_pendulum", "off", 6144)]
 )
@@ -107,7 +107,8 @@ def test_ppo_with_normalisation_learns_a_mujoco_task(workdir):
     assert max(curve[-2:]) > 50, curve
 
 
-# MinAtar Breakout through the image path (uint8 batches, MinAtar's CNN), 1 trainer + 2 collectors, 61,440 frames.
+# MinAtar Breakout through the image path (uint8 batches, MinAtar's CNN), 1 trainer + 2 collectors,
+# 61,440 frames.
 # Random play scores about 0.5 (the first row: 0.39 to 0.50). Seeds 1, 2, 3 of these settings ended at PPO 3.12,
 # 2.65, 2.96 and DQN 4.72, 4.82, 4.51 (docs/pixels.md, 2026-12-04); the bounds sit below all of them.
 @pytest.mark.parametrize(

@@ -107,7 +107,8 @@ def test_a_collectors_normalised_observations_are_the_trainers_for_the_same_vers
         )  # every frame of the rounds learnt from
         obs, action = batch["rollout", "obs"], batch["rollout", "action"]
         torch.testing.assert_close(acting.obs_norm(obs), algo.normalized(obs), rtol=0, atol=0)
-        # The collector acted through those statistics: the trainer's policy gives its actions the stored log-probabilities.
+        # The collector acted through those statistics: the trainer's policy gives its actions the
+        # stored log-probabilities.
         logprob, _ = algo.policy.log_prob_entropy(
             algo.normalized(obs).flatten(0, 1), action.flatten(0, 1)
         )
@@ -164,7 +165,8 @@ def two_trainers(rank: int, world: int) -> dict:
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
-        # The algorithm, and with it DDP's reducer, is gone before the group is: see ``harness.train.run_role``.
+        # The algorithm, and with it DDP's reducer, is gone before the group is: see
+        # ``harness.train.run_role``.
         return one_reduced_update(rank, dist.group.WORLD)
     finally:
         dist.destroy_process_group()

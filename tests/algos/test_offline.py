@@ -148,8 +148,8 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
 
 @pytest.mark.e2e
 def test_an_image_dataset_keeps_bytes_from_the_writer_to_discrete_cqls_cnn(workdir):
-    """MinAtar frames are written as uint8 (a quarter of float32's bytes on disk), sampled as uint8, made float
-    only inside the Q-network's CNN; and a real launch of discrete CQL trains on them."""
+    """MinAtar frames are written as uint8 (a quarter of float32's bytes on disk), sampled as uint8,
+    made float only inside the Q-network's CNN; and a real launch of discrete CQL trains on them."""
     frames = 300
     done = write_dataset(["env=minatar_breakout", "out=pixels", f"frames={frames}"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -266,8 +266,9 @@ def test_expectile_loss_hand_checked():
 
 @pytest.mark.unit
 def test_iql_critic_loss_is_the_mean_over_both_critics_as_corl():
-    """CORL's ``sum(F.mse_loss(q, targets) for q in qs) / len(qs)``, with ``targets = r + (1 - d) * gamma * V(s')``
-    from V before its own step: the harness's sum over the critics doubled their learning rate."""
+    """CORL's ``sum(F.mse_loss(q, targets) for q in qs) / len(qs)``, with ``targets = r + (1 - d) *
+    gamma * V(s')`` from V before its own step: the harness's sum over the critics doubled their
+    learning rate."""
     iql = IQL(IQLConfig(batch_size=32), PENDULUM, 0)
     batch = random_transitions(32)
     next_v = torch.randn(32)
@@ -279,8 +280,9 @@ def test_iql_critic_loss_is_the_mean_over_both_critics_as_corl():
 
 @pytest.mark.unit
 def test_iql_actor_lr_follows_corls_cosine_and_resumes_with_the_step_count():
-    """Step k's actor lr is what torch's ``CosineAnnealingLR(T_max=gradient_steps)`` gives after k - 1 steps
-    (CORL steps it after each update); it is read from the step count, so a resumed run carries on the curve."""
+    """Step k's actor lr is what torch's ``CosineAnnealingLR(T_max=gradient_steps)`` gives after k -
+    1 steps (CORL steps it after each update); it is read from the step count, so a resumed run
+    carries on the curve."""
     steps = 10
     iql = IQL(IQLConfig(batch_size=16, gradient_steps=steps, actor_lr=1e-3), PENDULUM, 0)
     iql.use_dataset(random_transitions(64))
@@ -303,8 +305,9 @@ def test_iql_actor_lr_follows_corls_cosine_and_resumes_with_the_step_count():
 
 @pytest.mark.unit
 def test_iql_deterministic_actor_regresses_onto_the_datas_actions():
-    """``algo.deterministic_actor`` (CORL's hopper-medium setting): the published policy acts the same for
-    evaluation and collection, inside the action box, and its loss is the squared error to the data's action."""
+    """``algo.deterministic_actor`` (CORL's hopper-medium setting): the published policy acts the
+    same for evaluation and collection, inside the action box, and its loss is the squared error to
+    the data's action."""
     iql = IQL(IQLConfig(batch_size=16, deterministic_actor=True), PENDULUM, 0)
     policy = iql.published_models()["policy"]
     obs = torch.randn(5, 3)
@@ -336,8 +339,9 @@ def test_cql_penalty_hand_checked():
 
 @pytest.mark.unit
 def test_reward_scale_multiplies_the_rewards_cql_learns_from():
-    """The TD target is ``reward_scale * r + gamma * Q'(s', pi(s'))``: from the same start, the logged mean
-    target moves by exactly ``(1 - scale) * r``, and the dataset keeps its rewards. CQL logs its diagnostics."""
+    """The TD target is ``reward_scale * r + gamma * Q'(s', pi(s'))``: from the same start, the
+    logged mean target moves by exactly ``(1 - scale) * r``, and the dataset keeps its rewards. CQL
+    logs its diagnostics."""
     data = random_transitions(256)
     data["reward"].fill_(-2.0)
 
@@ -362,9 +366,10 @@ def test_reward_scale_multiplies_the_rewards_cql_learns_from():
 
 @pytest.mark.unit
 def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
-    """For its first ``bc_steps`` the actor's objective is the data action's log-likelihood: a dataset whose
-    action is always 1.5 pulls the policy's mean there (without the penalty, which would favour the data's action
-    too, Q on random rewards has no reason to); afterwards, and after a resume, the step is CQL's without cloning."""
+    """For its first ``bc_steps`` the actor's objective is the data action's log-likelihood: a
+    dataset whose action is always 1.5 pulls the policy's mean there (without the penalty, which
+    would favour the data's action too, Q on random rewards has no reason to); afterwards, and after
+    a resume, the step is CQL's without cloning."""
     data = random_transitions(256)
     data["action"].fill_(1.5)
     torch.manual_seed(0)
@@ -414,8 +419,9 @@ def test_cql_bc_steps_clone_the_datasets_actions_then_maximise_q():
 
 @pytest.mark.unit
 def test_offline_checkpoints_without_the_step_count_resume_counting_from_their_updates():
-    """Checkpoints saved before the algorithm's state held ``gradient_steps`` resume at the run's update count
-    (offline, one update is one gradient step), so ``bc_steps`` does not start again."""
+    """Checkpoints saved before the algorithm's state held ``gradient_steps`` resume at the run's
+    update count (offline, one update is one gradient step), so ``bc_steps`` does not start
+    again."""
     cql = CQL(CQLConfig(batch_size=32, n_actions=2, compile=False, bc_steps=100), PENDULUM, 0)
     state = TrainerState(cql, Progress(updates=42), 0, None, keep_replay=False).state_dict()
     del state["algo"]["gradient_steps"]
@@ -426,8 +432,9 @@ def test_offline_checkpoints_without_the_step_count_resume_counting_from_their_u
 
 @pytest.mark.unit
 def test_offline_normalize_obs_learns_on_the_datasets_statistics(monkeypatch):
-    """With ``algo.normalize_obs`` the statistics are the dataset's two-pass mean and variance (computed in
-    chunks, the same again on a second call), and the batches ``learn`` sees are normalised with them."""
+    """With ``algo.normalize_obs`` the statistics are the dataset's two-pass mean and variance
+    (computed in chunks, the same again on a second call), and the batches ``learn`` sees are
+    normalised with them."""
     data = random_transitions(1000)
     for key in ("obs", "next_obs"):
         data[key] = data[key] * torch.tensor([1.0, 3.0, 0.1]) + torch.tensor([0.0, 5.0, -2.0])

@@ -1,5 +1,5 @@
-"""Image observations: uint8 from the env to the trainer's network, a CNN chosen by the image's shape, and a
-clear refusal from the algorithms that cannot take images."""
+"""Image observations: uint8 from the env to the trainer's network, a CNN chosen by the image's
+shape, and a clear refusal from the algorithms that cannot take images."""
 
 from __future__ import annotations
 
@@ -73,13 +73,15 @@ def test_the_cnn_is_chosen_by_the_image_shape_for_every_algorithm_that_takes_ima
 def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_once_per_minibatch(
     spec,
 ):
-    """CleanRL's Atari ``Agent``: one CNN, an actor head and a critic head, both losses training the CNN."""
+    """CleanRL's Atari ``Agent``: one CNN, an actor head and a critic head, both losses training the
+    CNN."""
     algo = ALGOS["ppo"](ALGOS["ppo"].Config(compile=False), spec, 10_000)
     encoder = algo.policy.net[0]
     assert isinstance(algo.policy.value_head, nn.Linear) and convolutions(
         algo.loss
     ) == convolutions(encoder)
-    # The loss trains the policy's weights and nothing else: the value head is the policy's, and collectors get it.
+    # The loss trains the policy's weights and nothing else: the value head is the policy's, and
+    # collectors get it.
     assert {id(p) for p in algo.loss.parameters()} == {id(p) for p in algo.policy.parameters()}
     assert sum(p.numel() for p in algo.policy.value_head.parameters()) == encoder.features + 1
     calls = []
@@ -101,8 +103,9 @@ def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_onc
 
 
 def test_ppo_on_images_learns_from_the_values_the_collectors_recorded_without_a_second_pass_of_the_cnn():
-    """Acting records each frame's value (the trainer's critic's, of the same weights), and the update takes them:
-    the CNN sees the round's next observations and the minibatches, never the whole round at once."""
+    """Acting records each frame's value (the trainer's critic's, of the same weights), and the
+    update takes them: the CNN sees the round's next observations and the minibatches, never the
+    whole round at once."""
     cls = ALGOS["ppo"]
     algo = cls(
         cls.Config(compile=False, num_minibatches=2, update_epochs=1), env_spec(MINATAR), 10_000
@@ -170,8 +173,8 @@ def test_observation_normalisation_is_refused_on_images():
 
 
 def test_images_travel_as_bytes_in_the_batch_and_the_channel_schema():
-    """The collector's batch and the trainer's template (what the data channel's handshake compares) hold uint8
-    observations: a quarter of float32's bytes."""
+    """The collector's batch and the trainer's template (what the data channel's handshake compares)
+    hold uint8 observations: a quarter of float32's bytes."""
     spec = env_spec(MINATAR)
     cls = algorithm_for("ppo", spec)
     policy = cls.make_policy(cls.Config(), spec)

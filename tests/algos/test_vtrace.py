@@ -1,4 +1,5 @@
-"""V-trace against a direct transcription of the IMPALA paper's sum, and against GAE on on-policy data."""
+"""V-trace against a direct transcription of the IMPALA paper's sum, and against GAE on on-policy
+data."""
 
 from __future__ import annotations
 
@@ -53,8 +54,9 @@ def test_vtrace_matches_the_papers_sum_off_policy(rho_bar, c_bar, lam):
 
 
 def test_on_policy_vtrace_is_gae_with_episode_ends():
-    """Every ratio 1: the targets are GAE(lam)'s returns (advantage + V); the advantages GAE(1)'s one-step form
-    ``r + gamma v_{s+1} - V`` equals GAE(lam=1) when lam = 1. Episode ends stop both the same way."""
+    """Every ratio 1: the targets are GAE(lam)'s returns (advantage + V); the advantages GAE(1)'s
+    one-step form ``r + gamma v_{s+1} - V`` equals GAE(lam=1) when lam = 1. Episode ends stop both
+    the same way."""
     g = torch.Generator().manual_seed(1)
     steps, envs = 16, 3
     reward, value = torch.randn(steps, envs, generator=g), torch.randn(steps, envs, generator=g)
@@ -94,7 +96,8 @@ def ppo_with(vtrace_on: bool, rho_bar: float = 1.0):
 
 
 def acted(ppo, steps: int = 12, envs: int = 3, lag_shift: float = 0.0):
-    """A ``[steps, envs]`` rollout whose recorded log-probs are ``ppo``'s own (on-policy), shifted by ``lag_shift``."""
+    """A ``[steps, envs]`` rollout whose recorded log-probs are ``ppo``'s own (on-policy), shifted
+    by ``lag_shift``."""
     from tensordict import TensorDict
 
     g = torch.Generator().manual_seed(1)
@@ -118,7 +121,8 @@ def acted(ppo, steps: int = 12, envs: int = 3, lag_shift: float = 0.0):
 
 
 def test_ppo_on_policy_vtrace_targets_are_gae_returns():
-    """PPO's own update, lag 0: V-trace's value targets equal GAE(lambda)'s returns, and nothing is truncated."""
+    """PPO's own update, lag 0: V-trace's value targets equal GAE(lambda)'s returns, and nothing is
+    truncated."""
     with_vtrace, with_gae = ppo_with(True), ppo_with(False)
     obs, rollout, next_obs = acted(with_vtrace)
     values, _, returns, clipped = with_vtrace.targets(obs, rollout, rollout["reward"], next_obs)
@@ -129,8 +133,9 @@ def test_ppo_on_policy_vtrace_targets_are_gae_returns():
 
 
 def test_ppo_vtrace_weights_frames_by_their_ratio_truncated_at_rho_bar():
-    """Frames the learner now prefers (ratio e^0.5) are truncated to ratio 1 at rho_bar = 1, which leaves GAE's
-    targets; frames it now avoids (ratio e^-0.5), or the preferred ones under rho_bar = 2, move the targets off."""
+    """Frames the learner now prefers (ratio e^0.5) are truncated to ratio 1 at rho_bar = 1, which
+    leaves GAE's targets; frames it now avoids (ratio e^-0.5), or the preferred ones under rho_bar =
+    2, move the targets off."""
 
     def targets(shift: float, rho_bar: float = 1.0) -> tuple[torch.Tensor, float]:
         ppo = ppo_with(True, rho_bar)

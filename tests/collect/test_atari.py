@@ -1,5 +1,6 @@
-"""Atari as the harness makes it (harness/collect/pixels.py): envpool's preprocessing against a reference written
-out on the raw emulator, and the training flavour's lives, FIRE and clipped rewards against the games it reports."""
+"""Atari as the harness makes it (harness/collect/pixels.py): envpool's preprocessing against a
+reference written out on the raw emulator, and the training flavour's lives, FIRE and clipped
+rewards against the games it reports."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ BREAKOUT = "harness/Atari-Breakout-v5"
 
 
 def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
-    """envpool's defaults on the raw emulator, step by step: 1 to 30 no-ops after the reset (drawn from the env's
-    generator, as gymnasium's AtariPreprocessing draws them), then each action repeated for 4 emulator frames, the
-    grayscale screens of the last two max-pooled and shrunk to 84x84 (OpenCV's INTER_AREA), starting with FIRE,
-    and the newest 4 of these stacked oldest first, the first frame repeated to fill the stack at the start."""
+    """envpool's defaults on the raw emulator, step by step: 1 to 30 no-ops after the reset (drawn
+    from the env's generator, as gymnasium's AtariPreprocessing draws them), then each action
+    repeated for 4 emulator frames, the grayscale screens of the last two max-pooled and shrunk to
+    84x84 (OpenCV's INTER_AREA), starting with FIRE, and the newest 4 of these stacked oldest first,
+    the first frame repeated to fill the stack at the start."""
     env = gym.make(
         "ALE/Breakout-v5",
         frameskip=1,
@@ -55,8 +57,8 @@ def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
 
 @pytest.mark.unit
 def test_preprocessing_matches_envpools_written_out_on_the_emulator():
-    """The evaluation flavour (no lives, raw rewards): frame skip with max-pooling, 84x84 grayscale, stack order,
-    the no-op start and FIRE, frame for frame."""
+    """The evaluation flavour (no lives, raw rewards): frame skip with max-pooling, 84x84 grayscale,
+    stack order, the no-op start and FIRE, frame for frame."""
     actions = [1, 1, 2, 3, 2, 0, 1, 3, 3, 2, 1, 0]
     envs = make_vec_env(BREAKOUT, 1, training=False)
     obs, _ = envs.reset(seed=5)
@@ -126,9 +128,10 @@ def test_the_collector_counts_whole_games_with_raw_returns():
 
 @pytest.mark.e2e
 def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
-    """The preset, shrunk: 1 trainer (every core, compiled) + 2 collectors, uint8 stacks on the channel, the
-    Nature CNN on the trainer, games counted with raw returns, the final weights evaluated on the evaluation
-    flavour, and a game of them on video (``python -m harness.cli.evaluate RUN video=true``)."""
+    """The preset, shrunk: 1 trainer (every core, compiled) + 2 collectors, uint8 stacks on the
+    channel, the Nature CNN on the trainer, games counted with raw returns, the final weights
+    evaluated on the evaluation flavour, and a game of them on video (``python -m
+    harness.cli.evaluate RUN video=true``)."""
     args = [
         "experiment=ppo_atari",
         "collector.total_frames=1024",
@@ -137,7 +140,8 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
         "logger.log_every_frames=512",
         "eval.every_frames=1024",
         "eval.episodes=1",
-        "env.max_episode_steps=300",  # an untrained policy may never serve again after a lost life: bound its game
+        # an untrained policy may never serve again after a lost life: bound its game
+        "env.max_episode_steps=300",
         "run_dir=run",
     ]
     out = run_harness(args, tmp_path, nproc=3, timeout=600)
@@ -151,7 +155,8 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
         float(table[-1]["sync/bytes"]) > 4 * 1_600_000
     )  # the actor's Nature CNN: 1.7M float32 parameters
     assert sum(column(table, "train/episodes")) >= 1 and float(table[-1]["eval/final_return"]) >= 0
-    # The run's policy replays a game on video: the emulator's colour screen, a frame per agent step.
+    # The run's policy replays a game on video: the emulator's colour screen, a frame per agent
+    # step.
     shown = run_harness(
         ["run", "episodes=1", "video=true"], tmp_path, module="harness.cli.evaluate"
     )
@@ -165,8 +170,8 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
 
 @pytest.mark.e2e
 def test_a_tiny_dqn_atari_run_learns_from_its_frame_replay(tmp_path):
-    """The DQN preset, shrunk: its replay keeps each frame once (algo.replay_frames) and the trainer samples
-    rebuilt stacks from it for its gradient steps."""
+    """The DQN preset, shrunk: its replay keeps each frame once (algo.replay_frames) and the trainer
+    samples rebuilt stacks from it for its gradient steps."""
     args = [
         "experiment=dqn_atari",
         "collector.total_frames=1024",

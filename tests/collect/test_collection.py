@@ -284,7 +284,8 @@ def seeded_runs(request, tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.mark.e2e
 def test_same_seed_and_layout_reproduce_the_same_rows(seeded_runs):
-    """Every column but the wall-clock ones, bit for bit: losses, returns, lags, V-trace's truncations."""
+    """Every column but the wall-clock ones, bit for bit: losses, returns, lags, V-trace's
+    truncations."""
     where, mode = seeded_runs
     assert timeless_rows(where / "a") == timeless_rows(where / "b")
     assert len(timeless_rows(where / "a")) == 8
@@ -329,7 +330,8 @@ def test_one_and_two_trainers_learn_alike(workdir):
 
 @pytest.mark.unit
 def test_an_evaluation_run_between_batches_rides_on_the_next_batch_once(tmp_path):
-    """Sync rounds evaluate after sending a batch (while the trainer learns) and stamp the result on the next."""
+    """Sync rounds evaluate after sending a batch (while the trainer learns) and stamp the result on
+    the next."""
     from harness.collect.evaluate import Evaluation, PeriodicEvaluation
     from harness.roles.collector import make_collector
     from harness.sync.contract import Header

@@ -1,5 +1,5 @@
-"""An env that raises, or breaks without raising, does not end the run: its collector makes it again.
-One that hangs ends its collector, named."""
+"""An env that raises, or breaks without raising, does not end the run: its collector makes it
+again. One that hangs ends its collector, named."""
 
 from __future__ import annotations
 
@@ -119,7 +119,8 @@ def test_an_env_step_that_never_returns_ends_its_collector_naming_the_env(workdi
         timeout=300,
     )
     assert out.returncode != 0
-    # Rank 1's envs take seeds 3 and 4 (seed 1 + rank * num_envs); its first env is the first to hang.
+    # Rank 1's envs take seeds 3 and 4 (seed 1 + rank * num_envs); its first env is the first to
+    # hang.
     assert (
         "collector rank 1 (pid " in out.stderr
         and f"env {FLAKY} (seed 3, index 0, step 5 of its episode) has not returned after collector.env_step_timeout_s=2 s"

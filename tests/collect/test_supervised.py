@@ -16,13 +16,15 @@ from harness.sync.shm_files import PREFIX, alive
 
 FLAKY = "flaky_env:FlakyCartPole-v0"
 ON_PATH = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
-# debug=tiny: 2 collectors of 2 envs, 64-frame batches, 1,024 frames. The failure comes at an episode's 10th
-# step once its process took 100 steps: in a worker's second batch or later, after it delivered one.
+# debug=tiny: 2 collectors of 2 envs, 64-frame batches, 1,024 frames. The failure comes at an
+# episode's 10th step once its process took 100 steps: in a worker's second batch or later, after it
+# delivered one.
 PAST_THE_FIRST_BATCH = {"FLAKY_STEP": "10", "FLAKY_AFTER": "100"}
 
 
 def orphaned_segments() -> set[Path]:
-    """Harness segments in /dev/shm whose creator is dead: left behind (other runs' live ones are not)."""
+    """Harness segments in /dev/shm whose creator is dead: left behind (other runs' live ones are
+    not)."""
     found = set()
     for path in Path("/dev/shm").glob(f"{PREFIX}*"):
         pid = path.name[len(PREFIX) :].split("-", 1)[0]
@@ -32,7 +34,8 @@ def orphaned_segments() -> set[Path]:
 
 
 def processes_tagged(tag: str) -> list[int]:
-    """Live processes whose environment holds ``HARNESS_TEST_TAG=tag``: a launch's ranks and workers."""
+    """Live processes whose environment holds ``HARNESS_TEST_TAG=tag``: a launch's ranks and
+    workers."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -137,7 +140,8 @@ def test_past_max_restarts_the_error_names_the_collector_its_env_and_every_cause
 
 @pytest.mark.e2e
 def test_a_worker_never_outlives_its_rank(workdir):
-    """A collector rank killed outright (torchrun then ends the job): its worker goes with it, and nothing stays in /dev/shm."""
+    """A collector rank killed outright (torchrun then ends the job): its worker goes with it, and
+    nothing stays in /dev/shm."""
     import subprocess
 
     from helpers import launcher, rank_pid

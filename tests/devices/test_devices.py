@@ -113,8 +113,8 @@ def test_a_cpu_trainer_indexes_its_replay_in_place_with_nothing_staged():
 
 
 def test_a_device_trainer_gathers_into_two_staging_buffers_in_turn_then_moves_them():
-    """Towards ``meta`` (no bytes move) the staging steps run here as on a GPU, without pinning or events.
-    Two buffers take turns, so the CPU fills one while the other's copy is still queued."""
+    """Towards ``meta`` (no bytes move) the staging steps run here as on a GPU, without pinning or
+    events. Two buffers take turns, so the CPU fills one while the other's copy is still queued."""
     buffer, feed = replay(), HostToDevice(META)
     first = feed.sample(buffer.storage, torch.tensor([1, 2, 3, 4]))
     assert first.device == META and first["obs"].shape == (4, 3)
@@ -253,8 +253,9 @@ def test_amp_multiplies_in_bfloat16_but_the_values_losses_regress_stay_float32(n
     ],
 )
 def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
-    """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random actions must
-    be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just as CUDA does."""
+    """A GPU collector (sync=nccl) acts with weights on its GPU: exploration noise and random
+    actions must be drawn there too. ``meta`` stands in for the GPU: it refuses to mix devices just
+    as CUDA does."""
     spec = env_spec(env)
     cls = algorithm_for(name, spec)
     policy = cls.make_policy(cls.Config(), spec).to(META)
@@ -263,7 +264,8 @@ def test_every_policy_acts_on_the_device_its_weights_are_on(name, env):
 
 
 def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_on():
-    """A GPU collector of a normalising algorithm: the statistics it normalises with are on its GPU too."""
+    """A GPU collector of a normalising algorithm: the statistics it normalises with are on its GPU
+    too."""
     cls = ALGOS["ppo"]
     models = {
         name: m.to(META)
@@ -273,22 +275,25 @@ def test_a_normalising_policy_acts_on_the_device_its_weights_and_statistics_are_
     assert policy(torch.zeros(4, PENDULUM.obs_dim, device=META))["action"].device == META
 
 
-# The device tier: every algorithm built, fed, updated and resumed on ``meta``, a device other than the
-# CPU's default, so that a tensor made or left on the CPU shows here as it would on a GPU. ``meta`` holds
-# no bytes, and it does not refuse every mix (F.linear of a meta input with CPU weights returns meta):
-# ``check_devices`` reads where every tensor is. What meta cannot run, and how that path is covered:
-# fused Adam has no meta kernel (``optim.adam`` takes the plain one there; fused Adam runs in every CPU
-# test), nor does the foreach gradient-norm clip (PPO uses the per-tensor one there), nor autocast
-# (``algo.amp`` is measured by tests/devices/test_gpu.py and the GPU check), nor torch.compile (compile=False here).
+# The device tier: every algorithm built, fed, updated and resumed on ``meta``, a device other than
+# the CPU's default, so that a tensor made or left on the CPU shows here as it would on a GPU.
+# ``meta`` holds no bytes, and it does not refuse every mix (F.linear of a meta input with CPU
+# weights returns meta): ``check_devices`` reads where every tensor is. What meta cannot run, and
+# how that path is covered: fused Adam has no meta kernel (``optim.adam`` takes the plain one there;
+# fused Adam runs in every CPU test), nor does the foreach gradient-norm clip (PPO uses the
+# per-tensor one there), nor autocast (``algo.amp`` is measured by tests/devices/test_gpu.py and the
+# GPU check), nor torch.compile (compile=False here).
 def observations(spec, *batch: int) -> torch.Tensor:
-    """Random observations as collectors send them: images as uint8 ``[..., C, H, W]``, state vectors as float32."""
+    """Random observations as collectors send them: images as uint8 ``[..., C, H, W]``, state
+    vectors as float32."""
     if spec.pixels:
         return torch.randint(0, 256, (*batch, *spec.obs_shape), dtype=torch.uint8)
     return torch.randn(*batch, spec.obs_dim)
 
 
 def frames_for(spec, n: int = 64) -> list[TensorDict]:
-    """One collector's batch of ``n`` random transitions (``spec``'s shapes), as ``update`` takes it."""
+    """One collector's batch of ``n`` random transitions (``spec``'s shapes), as ``update`` takes
+    it."""
     if not spec.discrete:
         return pendulum_frames(n)
     data = TensorDict(
@@ -303,7 +308,8 @@ def frames_for(spec, n: int = 64) -> list[TensorDict]:
 
 
 def ppo_round(spec, steps: int = 16, envs: int = 2) -> list[TensorDict]:
-    """One collector's sync round for PPO: ``[steps, envs]`` frames and the observation after them."""
+    """One collector's sync round for PPO: ``[steps, envs]`` frames and the observation after
+    them."""
     action = (
         torch.randint(0, spec.num_actions, (steps, envs))
         if spec.discrete
@@ -394,8 +400,9 @@ def test_the_device_check_names_every_tensor_left_behind():
 
 
 def test_a_batch_moved_to_a_device_can_be_written_into_as_on_the_cpu():
-    """``consolidate`` locks what it makes, and so is a consolidated TensorDict moved to a device: the update's
-    batch must take normalised observations and scaled rewards (it is the update's own copy)."""
+    """``consolidate`` locks what it makes, and so is a consolidated TensorDict moved to a device:
+    the update's batch must take normalised observations and scaled rewards (it is the update's own
+    copy)."""
     feed = HostToDevice(META)
     for batch in (
         feed.sample(replay().storage, torch.tensor([1, 2])),

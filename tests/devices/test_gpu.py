@@ -99,7 +99,8 @@ def test_a_gpu_trainers_shm_segment_is_page_locked_for_cuda():
 
 
 def publish_from_gpu(rank, world, schemes, versions):
-    """Trainer 0's model on its GPU publishes back to back, never waiting; CPU collectors check every update."""
+    """Trainer 0's model on its GPU publishes back to back, never waiting; CPU collectors check
+    every update."""
     groups = init_distributed(
         Layout.from_env(1), 60, SCHEMES["hierarchical"]
     )  # the one of these with a group of its own
@@ -269,14 +270,16 @@ def test_a_checkpoint_moves_from_cpu_to_gpu_and_back(tmp_path):
 
 @pytest.mark.parametrize("case", list(ON_A_DEVICE))
 def test_every_algorithm_updates_with_all_its_state_on_the_gpu(case):
-    """The device tier of tests/devices/test_devices.py on CUDA, fused kernels and all: nothing stays on the CPU."""
+    """The device tier of tests/devices/test_devices.py on CUDA, fused kernels and all: nothing
+    stays on the CPU."""
     algo, spec = built_on("cuda", case)
     update_once(algo, spec)
     assert check_devices(algo).endswith("on cuda:0")
 
 
 def test_gae_and_the_reward_scaler_give_the_cpus_results_for_gpu_rollouts():
-    """Their loops over T run on the CPU for a GPU rollout; what comes back is on the GPU and equal."""
+    """Their loops over T run on the CPU for a GPU rollout; what comes back is on the GPU and
+    equal."""
     g = torch.Generator().manual_seed(0)
     reward, value = torch.randn(64, 4, generator=g), torch.randn(64, 4, generator=g)
     done, next_value = torch.rand(64, 4, generator=g) < 0.1, torch.randn(4, generator=g)

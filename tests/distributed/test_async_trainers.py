@@ -18,8 +18,9 @@ from harness.testing.spawn import run_ranks
 
 pytestmark = pytest.mark.multiprocess
 
-# DQN on CartPole, 2 trainers + 2 collectors: learning starts at 256 frames, a step per 4 frames (320 in 1536 frames),
-# each trainer samples 16 of the 32 transitions per step; no frame may be older than the newest version.
+# DQN on CartPole, 2 trainers + 2 collectors: learning starts at 256 frames, a step per 4 frames
+# (320 in 1536 frames), each trainer samples 16 of the 32 transitions per step; no frame may be
+# older than the newest version.
 ASYNC_DQN = [
     "debug=tiny",
     "algo=dqn",
@@ -148,8 +149,9 @@ def test_two_async_trainers_stop_together_hold_the_same_weights_keep_lag_bounded
     )  # the bound bit: batches that span a publish
 
 
-# PPO with V-trace on CartPole, 2 trainers + 2 collectors; a KL bound so small that the epochs stop early, on the
-# trainers' mean KL (each trainer's own differs: stopping on it, they would take different numbers of steps).
+# PPO with V-trace on CartPole, 2 trainers + 2 collectors; a KL bound so small that the epochs stop
+# early, on the trainers' mean KL (each trainer's own differs: stopping on it, they would take
+# different numbers of steps).
 ASYNC_PPO = [
     "debug=tiny",
     "collector.mode=async",
@@ -210,7 +212,8 @@ def test_a_trainer_that_does_not_come_is_named_by_the_other(tmp_path, late):
 
 
 def resumed_replay(rank, world):
-    """Two trainers' SAC: each fills its own replay (capacity buffer_size / 2), then a resumed one takes it back."""
+    """Two trainers' SAC: each fills its own replay (capacity buffer_size / 2), then a resumed one
+    takes it back."""
     import torch.distributed as dist
 
     from harness.algos import ALGOS

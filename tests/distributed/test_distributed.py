@@ -115,8 +115,9 @@ def test_data_channel_delivers_each_collectors_batches_bit_exact():
     "when", ["while the trainer waits", "before the trainer posts its receive"]
 )
 def test_dead_collector_is_named_by_the_trainer(tmp_path, when):
-    # Gone first, gloo raises when the receive is posted or when it is waited on, as the close reached it:
-    # CI met the first (a bare gloo error, before BatchReceiver named the collector there too).
+    # Gone first, gloo raises when the receive is posted or when it is waited on, as the close
+    # reached it: CI met the first (a bare gloo error, before BatchReceiver named the collector
+    # there too).
     pid_file = str(tmp_path / "pid") if when.startswith("before") else None
     results = run_ranks(channel, 3, 2, 2, pid_file, timeout=60)
     assert results[0][0] == "ok", results[0]

@@ -1,5 +1,6 @@
-"""Collectors of another launch join a running job (``topology.join_port``, ``python -m harness.cli.join``) and
-leave it; the job learns from them meanwhile and goes on without them, its trainer never restarted."""
+"""Collectors of another launch join a running job (``topology.join_port``, ``python -m
+harness.cli.join``) and leave it; the job learns from them meanwhile and goes on without them, its
+trainer never restarted."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def joined_share(run_dir) -> list[float]:
 
 @pytest.fixture(params=["one machine", "two nodes"])
 def nodes(request):
-    """Where the job and the joining launch run: (job's node, other node), each None for this machine's own
-    network, or two network-namespace nodes joined by a veth (skipped, saying why, where they cannot be made)."""
+    """Where the job and the joining launch run: (job's node, other node), each None for this
+    machine's own network, or two network-namespace nodes joined by a veth (skipped, saying why,
+    where they cannot be made)."""
     if request.param == "one machine":
         yield None, None
         return

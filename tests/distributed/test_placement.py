@@ -90,7 +90,8 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
     assert [p.threads for p in placements(world=3, cores=8, env={"MKL_NUM_THREADS": "2"})] == [
         2
     ] * 3
-    # An explicit setting wins over the environment; without either, the cores decide, and the layout says which.
+    # An explicit setting wins over the environment; without either, the cores decide, and the
+    # layout says which.
     got = placements(world=3, trainer_threads="4", cores=8, env=one)
     assert [(p.threads, p.threads_from) for p in got] == [
         (4, "trainer.threads"),
@@ -110,7 +111,8 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
 
 
 def test_trainer_threads_all_shares_every_core_of_the_node_among_its_trainers_whatever_the_environment_says():
-    """Sync rounds: the collectors wait while the trainers learn, so the trainers may take the whole node."""
+    """Sync rounds: the collectors wait while the trainers learn, so the trainers may take the whole
+    node."""
     one = {"OMP_NUM_THREADS": "1"}
     got = placements(world=3, trainer_threads="all", cores=2, env=one)
     assert [p.threads for p in got] == [2, 1, 1]
@@ -202,7 +204,8 @@ def test_nccl_with_a_cpu_trainer_is_refused_naming_the_fix():
 
 
 def test_each_rank_takes_the_gpu_of_its_local_rank_on_its_own_node():
-    """Ranks 4..7 of a second node count their GPUs from 0 again: LOCAL_RANK, not the global rank."""
+    """Ranks 4..7 of a second node count their GPUs from 0 again: LOCAL_RANK, not the global
+    rank."""
     got = [
         place(
             layout(r, 8, per_node=4),
@@ -273,7 +276,8 @@ def test_a_gpu_trainer_node_with_cpu_collector_nodes_is_a_layout_not_a_mistake()
 
 @pytest.mark.parametrize("gpus", [0, 4])
 def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
-    """With gloo, shm or hierarchical the weights arrive in CPU memory: a GPU collector would act on the CPU."""
+    """With gloo, shm or hierarchical the weights arrive in CPU memory: a GPU collector would act on
+    the CPU."""
     with pytest.raises(
         PlacementError,
         match=r"collector.device=cuda, but sync=gloo delivers weights to CPU memory.*collector.device=auto",

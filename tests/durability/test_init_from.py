@@ -1,5 +1,6 @@
-"""A new run from another run's checkpoint, with settings of its own (``checkpoint.init_from``): fine-tuning,
-a new learning rate after a plateau. Real runs through torchrun; the state checks on real algorithms."""
+"""A new run from another run's checkpoint, with settings of its own (``checkpoint.init_from``):
+fine-tuning, a new learning rate after a plateau. Real runs through torchrun; the state checks on
+real algorithms."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=512"]
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
-    """A finished tiny run (lr 1e-3, the tuned default), whose weights moved far from their start."""
+    """A finished tiny run (lr 1e-3, the tuned default), whose weights moved far from their
+    start."""
     where = tmp_path_factory.mktemp("source")
     out = run_harness([*TINY, "run_dir=run"], where)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -31,7 +31,8 @@ def run_once(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def finished_run(workdir, run_once) -> Path:
-    """A finished tiny run in this test's own directory (a copy of one made once: the tests change or extend it)."""
+    """A finished tiny run in this test's own directory (a copy of one made once: the tests change
+    or extend it)."""
     shutil.copytree(run_once, workdir / "run")
     return workdir / "run"
 
@@ -64,8 +65,8 @@ def test_a_refused_launch_leaves_every_file_of_the_run_as_it_was(
 def test_a_checkpoint_holding_other_networks_is_refused_before_the_resume_changes_anything(
     workdir, finished_run
 ):
-    """What a harness with other networks (another version) wrote: one message naming the first tensor that
-    differs, at start-up, without a traceback, every file as it was."""
+    """What a harness with other networks (another version) wrote: one message naming the first
+    tensor that differs, at start-up, without a traceback, every file as it was."""
     newest = finished_run / "checkpoints/step-000000001024"
     state = torch.load(newest / "state.pt", weights_only=True)
     loss = state["algo"]["loss"]
@@ -103,7 +104,8 @@ def test_a_run_saved_before_a_setting_existed_resumes_when_the_setting_keeps_its
     assert run_directory.differences(
         saved, {"algo": {"name": "cql", "cql_alpha": 10.0, "amp": "bf16"}, "seed": 1}
     ) == ["algo.amp: off -> bf16"]
-    # How the step runs may change on resume (an upgrade moved continuous CQL's default from true to null).
+    # How the step runs may change on resume (an upgrade moved continuous CQL's default from true to
+    # null).
     assert (
         run_directory.differences(
             {"algo": {"name": "cql", "compile": True}}, {"algo": {"name": "cql", "compile": None}}

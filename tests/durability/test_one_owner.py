@@ -94,7 +94,8 @@ def test_the_lock_of_a_killed_owner_is_free_at_once(tmp_path):
 
 
 def a_folder_of_files(where: Path) -> Path:
-    """What a user's folder holds: files, folders, a hidden file, and a config.yaml that is not a run's."""
+    """What a user's folder holds: files, folders, a hidden file, and a config.yaml that is not a
+    run's."""
     for name, text in {
         "notes.txt": "mine",
         "src/main.py": "print('hello')\n",

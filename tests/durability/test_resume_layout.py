@@ -1,5 +1,6 @@
-"""A resume keeps what an update learns from: another NPROC that would change PPO's batch is refused, naming
-both layouts and the fix; async collectors, which an update takes one batch at a time, may change in number."""
+"""A resume keeps what an update learns from: another NPROC that would change PPO's batch is
+refused, naming both layouts and the fix; async collectors, which an update takes one batch at a
+time, may change in number."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Where runs go: default names that sort by time and say algo, env and seed; ``run_name=`` that the same
-command resumes; a restarted attempt that finds its own directory again. Real launches through torchrun."""
+"""Where runs go: default names that sort by time and say algo, env and seed; ``run_name=`` that the
+same command resumes; a restarted attempt that finds its own directory again. Real launches through
+torchrun."""
 
 from __future__ import annotations
 

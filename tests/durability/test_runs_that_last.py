@@ -115,8 +115,9 @@ def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_r
     )  # a scheduler's preemption; the launcher passes it on to every rank
     out, _ = job.communicate(timeout=120)
     assert job.returncode == 128 + signal.SIGTERM, out[-3000:]
-    # The first update after the signal reached trainer 0 (128 frames a round): the first round's, or, where
-    # start-up ran past the first update's check before the launcher passed the signal on, a later one.
+    # The first update after the signal reached trainer 0 (128 frames a round): the first round's,
+    # or, where start-up ran past the first update's check before the launcher passed the signal on,
+    # a later one.
     stopped = re.search(r"preempted at frames (\d+): checkpoint written", out)
     assert stopped is not None, out[-3000:]
     at = int(stopped.group(1))
@@ -128,7 +129,8 @@ def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_r
         -3000:
     ]
     frames = frames_column(workdir / "run")
-    # The stopped launch's last row at its stop, the resumed one's from there: every frame range once.
+    # The stopped launch's last row at its stop, the resumed one's from there: every frame range
+    # once.
     assert (
         frames[0] == min(at, 256)
         and at in frames
@@ -177,7 +179,8 @@ def test_replay_buffer_travels_in_the_checkpoint_when_asked(workdir):
 
 @pytest.fixture
 def small_disk(workdir):
-    """A real 4 MiB tmpfs at ``workdir/disk``: a filesystem that fills up. Needs root and mount(2)."""
+    """A real 4 MiB tmpfs at ``workdir/disk``: a filesystem that fills up. Needs root and
+    mount(2)."""
     disk = workdir / "disk"
     disk.mkdir()
     mounted = subprocess.run(

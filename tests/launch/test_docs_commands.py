@@ -1,4 +1,5 @@
-"""Every command of README.md and docs/quickstart.md runs as written, in order, in a fresh copy of the repository.
+"""Every command of README.md and docs/quickstart.md runs as written, in order, in a fresh copy of
+the repository.
 
 The copy holds what a clone would (tracked files, and new ones git does not
 ignore) and this checkout's ``.venv``, made by the README's set-up. One thing

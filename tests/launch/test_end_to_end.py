@@ -25,7 +25,8 @@ def test_torchrun_one_trainer_two_collectors(workdir, scheme):
     assert [int(r["frames"]) for r in table] == sorted(int(r["frames"]) for r in table)
     assert float(table[-1]["collect/policy_lag_max"]) == 0  # sync mode: round r acts with version r
     assert OmegaConf.load(run_dir / "config.yaml").collector.total_frames == 1024
-    # The tuned file for algo=ppo env=cartpole says what it set, and which of its values debug=tiny overrode.
+    # The tuned file for algo=ppo env=cartpole says what it set, and which of its values debug=tiny
+    # overrode.
     assert (
         "conf/tuned/ppo_cartpole.yaml (tuned for this algo and env) set: algo.ent_coef=0.0"
         in out.stdout

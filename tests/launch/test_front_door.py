@@ -98,8 +98,9 @@ def test_help_prints_once_and_says_what_every_setting_of_the_composition_means(w
 
 
 def importing_torch(pid: int) -> bool:
-    """Past the interpreter's own start (Ctrl-C there is Python's, before any harness code runs): torch's
-    libraries are mapped. (A worker that ended meanwhile counts: the launcher has more to say then.)"""
+    """Past the interpreter's own start (Ctrl-C there is Python's, before any harness code runs):
+    torch's libraries are mapped. (A worker that ended meanwhile counts: the launcher has more to
+    say then.)"""
     try:
         return "/torch/" in Path(f"/proc/{pid}/maps").read_text()
     except OSError:
@@ -107,8 +108,9 @@ def importing_torch(pid: int) -> bool:
 
 
 def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(workdir):
-    # A terminal's Ctrl-C reaches the launcher (torchrun starts its workers in sessions of their own),
-    # which passes it on; here it comes while the workers import torch, seconds that a Ctrl-C often falls in.
+    # A terminal's Ctrl-C reaches the launcher (torchrun starts its workers in sessions of their
+    # own), which passes it on; here it comes while the workers import torch, seconds that a Ctrl-C
+    # often falls in.
     job = subprocess.Popen(
         [TRAIN_SH, "debug=tiny", f"run_dir={workdir / 'run'}"],
         cwd=workdir,
@@ -117,8 +119,9 @@ def test_ctrl_c_while_the_ranks_start_ends_the_job_at_once_without_a_traceback(w
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        # As a shell starts a foreground job: Ctrl-C's default action, even when this test run was started in
-        # the background (nohup ... &), whose processes inherit SIGINT ignored (tests/terminal.py does the same).
+        # As a shell starts a foreground job: Ctrl-C's default action, even when this test run was
+        # started in the background (nohup ... &), whose processes inherit SIGINT ignored
+        # (tests/terminal.py does the same).
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_for(

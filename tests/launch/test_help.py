@@ -1,4 +1,5 @@
-"""--help reads each setting's meaning from its declaration; a mistyped setting or option is told the nearest one."""
+"""--help reads each setting's meaning from its declaration; a mistyped setting or option is told
+the nearest one."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from helpers import ROOT
 
 pytestmark = pytest.mark.unit
 
-# Makes a venv whose python is this script again, and logs each pip call with the index pip would use.
+# Makes a venv whose python is this script again, and logs each pip call with the index pip would
+# use.
 STAND_IN = """#!/usr/bin/env bash
 if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && ln -s "$0" "$3/bin/python"; exit 0; fi
 echo "PIP_INDEX_URL=${PIP_INDEX_URL:-} $*" >> "$PIP_LOG"

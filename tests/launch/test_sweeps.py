@@ -1,5 +1,6 @@
 """Sweeps (``-m``) through the front door, ``scripts/train.sh`` with torchrun's ranks: every job
-trains, each with its own rendezvous, and the launch makes one sweep directory, whatever each rank's clock says."""
+trains, each with its own rendezvous, and the launch makes one sweep directory, whatever each rank's
+clock says."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def test_a_sweep_under_torchrun_trains_every_job_into_one_sweep_directory(workdi
 
 @pytest.fixture
 def agent_store(monkeypatch):
-    """A real TCPStore where torchrun's agent would host it, and the variables torchrun gives its ranks."""
+    """A real TCPStore where torchrun's agent would host it, and the variables torchrun gives its
+    ranks."""
     store = dist.TCPStore(
         "127.0.0.1", 0, None, True, timeout=timedelta(seconds=10), wait_for_workers=False
     )

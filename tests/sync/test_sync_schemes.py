@@ -199,7 +199,8 @@ def test_wait_times_out_naming_rank_role_and_scheme(scheme):
     message, elapsed = results[1][1]
     assert f"rank 1 (collector, sync={scheme})" in message and "version >= 0" in message
     assert 1.5 < elapsed < 6
-    # The time it says it waited is the time it waited, measured: its whole limit, which it may raise.
+    # The time it says it waited is the time it waited, measured: its whole limit, which it may
+    # raise.
     said = re.search(r"waited ([\d.]+) s for weights version >= 0 and gave up", message)
     assert (
         said
@@ -263,8 +264,9 @@ def test_killed_publisher_is_an_error_not_a_hang_and_leaves_no_segment(scheme):
     results = run_ranks(killed_publisher, 2, scheme)
     message, elapsed = results[1][1]
     assert f"rank 1 (collector, sync={scheme})" in message  # the wait ended, with a sentence
-    # What happened first, and how long it waited, measured: not "waited 20 s ... and gave up" a second in
-    # (issue 30, item 9). gloo sees the closed connection, shared memory the writer's dead process.
+    # What happened first, and how long it waited, measured: not "waited 20 s ... and gave up" a
+    # second in (issue 30, item 9). gloo sees the closed connection, shared memory the writer's dead
+    # process.
     gone = "the connection was closed" if scheme == "gloo" else "its process is dead"
     found = re.search(
         rf"stopped waiting for weights version >= 0: trainer 0 is gone \({gone}\), ([\d.]+) s in",

@@ -72,10 +72,11 @@ class Run(NamedTuple):
 
 @pytest.fixture(scope="module")
 def evaluated_run(tmp_path_factory) -> Run:
-    """One tiny run in one process, its output piped (no terminal), shared by the tests below
-    that only read it: it evaluates one episode every 256 frames (the weights of 256, 512 and
-    768 frames on the collector; the final ones in the trainer: the last row's eval/final_return), records the 1st and 3rd evaluations
-    (eval.video_every=2), writes TensorBoard too and keeps a checkpoint of every 256 frames."""
+    """One tiny run in one process, its output piped (no terminal), shared by the tests below that
+    only read it: it evaluates one episode every 256 frames (the weights of 256, 512 and 768 frames
+    on the collector; the final ones in the trainer: the last row's eval/final_return), records the
+    1st and 3rd evaluations (eval.video_every=2), writes TensorBoard too and keeps a checkpoint of
+    every 256 frames."""
     where = tmp_path_factory.mktemp("evaluated")
     out = run_harness(
         [
@@ -102,7 +103,8 @@ def evaluation_returns(run_dir: Path) -> list[float]:
     return returns
 
 
-# -- the console ---------------------------------------------------------------------------------------------
+# -- the console
+# ---------------------------------------------------------------------------------------------
 
 BAR = re.compile(
     r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s (?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)"
@@ -142,7 +144,8 @@ def test_progress_is_one_plain_line_per_row_without_a_terminal(evaluated_run):
     assert not CONTROL.search(out.stdout + out.stderr), repr((out.stdout + out.stderr)[-2000:])
     lines = [LINE.fullmatch(line) for line in out.stdout.splitlines() if line.startswith("frames ")]
     assert len(lines) == len(table) == 4 and all(lines), out.stdout
-    shown = None  # an evaluation's return stays on the line until the next one; the final weights' is the last
+    # an evaluation's return stays on the line until the next one; the final weights' is the last
+    shown = None
     for line, row in zip(lines, table):
         assert int(line["done"].replace(",", "")) == int(row["frames"])
         assert float(line["percent"]) == pytest.approx(100 * int(row["frames"]) / 1024, abs=0.05)
@@ -198,12 +201,14 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
     assert said in screen.getvalue() and sys.stdout is stdout  # and print goes where it went before
 
 
-# -- Ctrl-C ----------------------------------------------------------------------------------------------------
+# -- Ctrl-C
+# ----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
 def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(workdir):
-    """The launch of scripts/train.sh (harness.cli.launch, 1 trainer + 2 collectors) on a terminal."""
+    """The launch of scripts/train.sh (harness.cli.launch, 1 trainer + 2 collectors) on a
+    terminal."""
     run_dir = workdir / "run"
     command = [
         *LAUNCH,
@@ -236,7 +241,8 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
         checkpoints(run_dir) == [saved] and checkpoint.intact(saved) and step >= before
     )  # written after the Ctrl-C
     assert last_frames(run_dir) == step  # the stop's own row
-    # The run's last words: how far it got, and the command that resumes it (after the bar, in plain text).
+    # The run's last words: how far it got, and the command that resumes it (after the bar, in plain
+    # text).
     assert re.search(
         rf"run stopped \(interrupted \(Ctrl-C\)\): frames {step:,} of 100,000,000, trained for ",
         text,
@@ -266,7 +272,8 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     )
 
 
-# -- TensorBoard -------------------------------------------------------------------------------------------
+# -- TensorBoard
+# -------------------------------------------------------------------------------------------
 
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -281,7 +288,8 @@ def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def csv_as_tensorboard(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """metrics.csv as TensorBoard holds it: 32-bit floats, the step column as steps, no nan or empty cells."""
+    """metrics.csv as TensorBoard holds it: 32-bit floats, the step column as steps, no nan or empty
+    cells."""
     expected: dict[str, list[tuple[int, float]]] = {}
     for row in rows(run_dir):
         for key, value in row.items():
@@ -323,7 +331,8 @@ def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
     assert scalars["train/episode_return"][:2] == first_run[:2]
 
 
-# -- evaluation videos, python -m harness.cli.evaluate -----------------------------------------------------------
+# -- evaluation videos, python -m harness.cli.evaluate
+# -----------------------------------------------------------
 
 
 def decoded(path: Path) -> list[np.ndarray]:

@@ -30,8 +30,8 @@ def plot_script():
 
 def fake_run(run_dir, returns, seed=1, step="frames", every=1000, **overrides):
     """A run directory as the harness writes it: its config.yaml (the kept td3_hopper run's, with
-    ``seed``, its own run_dir and logger.name, and ``overrides`` as "algo.learning_rate" keys), and a
-    metrics row every ``every`` steps with the training return (offline: only evaluations)."""
+    ``seed``, its own run_dir and logger.name, and ``overrides`` as "algo.learning_rate" keys), and
+    a metrics row every ``every`` steps with the training return (offline: only evaluations)."""
     cfg = OmegaConf.load(CONFIG)
     cfg.seed, cfg.run_dir, cfg.logger.name = seed, str(run_dir), run_dir.name
     for key, value in overrides.items():

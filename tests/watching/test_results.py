@@ -1,4 +1,5 @@
-"""scripts/sota_check.py's and scripts/offline_check.py's tables, made from run directories alone (finished or not)."""
+"""scripts/sota_check.py's and scripts/offline_check.py's tables, made from run directories alone
+(finished or not)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def script(name: str):
 
 
 def fake_run(run_dir, returns, budget, time_s):
-    """A run directory as the harness writes it: config.yaml, and a metrics row every 1,000 frames."""
+    """A run directory as the harness writes it: config.yaml, and a metrics row every 1,000
+    frames."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(
         f"algo:\n  name: td3\ncollector:\n  mode: async\n  total_frames: {budget}\nseed: 1\n"
@@ -45,7 +47,8 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     # Per seed the mean of the last two evaluations: 1100 and 750.
     assert cells[:5] == ["TD3", "Hopper-v5", "3,000", "2 (1, 2)", "925.0 ± 247.5 (eval)"]
-    # Training returns up to 25% (no row by 750 frames), 50% (the 1,000-frame rows) and 100% (seed 1 only).
+    # Training returns up to 25% (no row by 750 frames), 50% (the 1,000-frame rows) and 100% (seed 1
+    # only).
     assert cells[5] == "- / 50.0 ± 0.0 / 716.7 (1 of 2 seeds)"
     assert cells[6:9] == ["3135 ± 360 on v4 (CleanRL)", "1M", "45 s"]
     assert "below the published budget: 3,000 of 1,000,000 frames" in cells[9]
@@ -103,7 +106,8 @@ def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path
 
 
 def offline_run(run_dir, evaluations, last_step, time_s):
-    """An offline run directory: a metrics row every 1,000 gradient steps, ``evaluations`` at the given steps."""
+    """An offline run directory: a metrics row every 1,000 gradient steps, ``evaluations`` at the
+    given steps."""
     run_dir.mkdir(parents=True)
     lines = ["gradient_steps,time_s,eval/return"]
     lines += [
@@ -135,8 +139,8 @@ def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
         (5000, 10000, 50000),
     )
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # Final: the mean of the last three evaluations per seed (800, 550); at 5k the newest evaluations by then (300, 500), at 10k
-    # seed 1's alone, at 50k none.
+    # Final: the mean of the last three evaluations per seed (800, 550); at 5k the newest
+    # evaluations by then (300, 500), at 10k seed 1's alone, at 50k none.
     assert cells == [
         "CQL (variant)",
         "Hopper-v5 medium",

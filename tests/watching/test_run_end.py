@@ -30,9 +30,10 @@ class Run(NamedTuple):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Run:
-    """One tiny run of scripts/train.sh's shape (torchrun, 1 trainer + 2 collectors, ``trainer.threads=auto``
-    under ``OMP_NUM_THREADS=1``), its output piped, evaluating every 256 frames and at the end, writing
-    TensorBoard, with a token in its config that only the environment holds."""
+    """One tiny run of scripts/train.sh's shape (torchrun, 1 trainer + 2 collectors,
+    ``trainer.threads=auto`` under ``OMP_NUM_THREADS=1``), its output piped, evaluating every 256
+    frames and at the end, writing TensorBoard, with a token in its config that only the environment
+    holds."""
     where = tmp_path_factory.mktemp("finished")
     out = run_harness(
         [
@@ -111,12 +112,14 @@ def test_a_run_ends_with_one_summary_whose_commands_work_as_written(finished_run
 
 @pytest.mark.e2e
 def test_the_last_progress_line_shows_the_final_weights_evaluation(finished_run):
-    """A mid-run evaluation stayed on the console while the last row held eval/final_return (issue 30, item 8)."""
+    """A mid-run evaluation stayed on the console while the last row held eval/final_return (issue
+    30, item 8)."""
     run_dir, out = finished_run
     table = rows(run_dir)
     lines = [line for line in out.stdout.splitlines() if PROGRESS.fullmatch(line)]
     assert len(lines) == len(table) == 4, out.stdout
-    shown = None  # an evaluation's return stays on the line until a newer one; the final weights' is the newest
+    # an evaluation's return stays on the line until a newer one; the final weights' is the newest
+    shown = None
     for line, row in zip(lines, table):
         for key in ("eval/return", "eval/final_return"):
             shown = f"{float(row[key]):.1f}" if row.get(key) not in (None, "", "nan") else shown
@@ -144,9 +147,9 @@ def test_figures_take_the_final_evaluation_as_the_latest_and_the_version_gap_for
 
 @pytest.mark.e2e
 def test_threads_auto_takes_omp_num_threads_and_the_layout_says_so(finished_run, workdir):
-    """scripts/*.sh (and here the test's environment) export OMP_NUM_THREADS=1: every rank takes it. One process
-    took every core's thread: 18.8 s for NPROC=1 scripts/train.sh debug=tiny on 2 busy cores, 5.6 s with one
-    (issue 30, item 12)."""
+    """scripts/*.sh (and here the test's environment) export OMP_NUM_THREADS=1: every rank takes it.
+    One process took every core's thread: 18.8 s for NPROC=1 scripts/train.sh debug=tiny on 2 busy
+    cores, 5.6 s with one (issue 30, item 12)."""
     one = run_harness(
         [*TINY, "logger.console=false", "trainer.threads=auto", "run_dir=run"], workdir
     )

@@ -82,7 +82,8 @@ def test_offline_wandb_run_holds_the_logged_metrics(workdir):
     run = next(
         r.run for r in wandb_records(workdir / "run") if r.WhichOneof("record_type") == "run"
     )
-    # One group per experiment (shared by a sweep's runs), named after the run directory, tagged algo, env, scheme.
+    # One group per experiment (shared by a sweep's runs), named after the run directory, tagged
+    # algo, env, scheme.
     assert (
         run.display_name == "run"
         and run.run_group
