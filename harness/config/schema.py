@@ -19,7 +19,7 @@ from harness.algos import ALGOS, algorithm_for, check_observations
 from harness.algos.offpolicy import OffPolicyConfig
 from harness.collect.config import CollectorConfig
 from harness.collect.envs import check_env_id, env_spec
-from harness.config import resolvers
+from harness.config import plugins, resolvers
 from harness.core.checkpoint import CheckpointConfig
 from harness.distributed.placement import check_placement
 from harness.metrics.video import check_video_support
@@ -262,7 +262,9 @@ class Config:
 
 
 def register_configs() -> None:
-    """The schemas, in Hydra's ConfigStore, and the resolvers ``conf/config.yaml`` names."""
+    """The schemas, in Hydra's ConfigStore, and the resolvers ``conf/config.yaml`` names;
+    first the plugins' algorithms and schemes (:mod:`harness.config.plugins`)."""
+    plugins.import_plugins()
     resolvers.register()
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
