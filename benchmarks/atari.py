@@ -31,6 +31,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,30 +40,10 @@ from jobs import run_job
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, float]:
-    import numpy as np
-    import torch
+def ale_vectors(env_id: str, envs_n: int) -> dict[int, Any]:
+    """ALE's own vector env of the game with 1 and 2 threads (by thread count), reset, doing the
+    preprocessing the harness's wrappers do."""
     from ale_py.vector_env import AtariVectorEnv
-    from omegaconf import OmegaConf
-
-    from harness.algos import algorithm_for
-    from harness.collect.envs import env_spec, make_vec_env, to_tensor
-    from harness.collect.rollout import RolloutCollector
-    from harness.core.packing import buffer_of
-    from harness.sync import Header
-
-    torch.set_num_threads(1)
-    spec = env_spec(env_id)
-    cls = algorithm_for("ppo", spec)
-    preset = OmegaConf.load(ROOT / "conf" / "experiment" / "ppo_atari.yaml")
-    policy = cls.make_policy(cls.Config(**{k: v for k, v in preset.algo.items()}), spec)
-    envs = make_vec_env(env_id, envs_n)
-    collector = RolloutCollector(envs, policy, steps * envs_n, seed=0)
-    rng = np.random.default_rng(0)
-
-    def bare() -> None:
-        for _ in range(steps):
-            envs.step(rng.integers(0, spec.num_actions, envs_n))
 
     game = env_id.split("Atari-")[1].split("-v")[0].lower()  # harness/Atari-Breakout-v5 -> breakout
     ale = {
@@ -79,6 +60,44 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
     }
     for vector in ale.values():
         vector.reset(seed=0)
+    return ale
+
+
+def timed_rounds(cases: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each case in each round, the cases interleaved within a round."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, run in cases.items():
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
+def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, float]:
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+
+    from harness.algos import algorithm_for
+    from harness.collect.envs import env_spec, make_vec_env, to_tensor
+    from harness.collect.rollout import RolloutCollector
+    from harness.sync import Header
+
+    torch.set_num_threads(1)
+    spec = env_spec(env_id)
+    cls = algorithm_for("ppo", spec)
+    preset = OmegaConf.load(ROOT / "conf" / "experiment" / "ppo_atari.yaml")
+    policy = cls.make_policy(cls.Config(**{k: v for k, v in preset.algo.items()}), spec)
+    envs = make_vec_env(env_id, envs_n)
+    collector = RolloutCollector(envs, policy, steps * envs_n, seed=0)
+    rng = np.random.default_rng(0)
+
+    def bare() -> None:
+        for _ in range(steps):
+            envs.step(rng.integers(0, spec.num_actions, envs_n))
+
+    ale = ale_vectors(env_id, envs_n)
 
     def ale_vector(threads: int) -> None:
         for _ in range(steps):
@@ -101,12 +120,7 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
         "loop": loop,
         "collector": collect,
     }
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, run in cases.items():
-            started = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - started)
+    times = timed_rounds(cases, rounds)
     envs.close()
     for vector in ale.values():
         vector.close()
@@ -114,14 +128,21 @@ def in_process(env_id: str, envs_n: int, steps: int, rounds: int) -> dict[str, f
         f"{name}_frames_per_s": steps * envs_n / statistics.median(t) for name, t in times.items()
     }
     row["collector_vs_loop"] = row["collector_frames_per_s"] / row["loop_frames_per_s"]
-    batch = collector.batch
+    return {**row, **bytes_per_frame(collector.batch)}
+
+
+def bytes_per_frame(batch: Any) -> dict[str, float]:
+    """The packed buffer the data channel sends, per frame: as it is (uint8 images), and as it
+    would be with float32 observations."""
+    from harness.core.packing import buffer_of
+
     frames = batch["rollout"].numel()
     obs_bytes = batch["rollout", "obs"].nbytes + batch["next_obs"].nbytes
-    row["bytes_per_frame"] = (
-        buffer_of(batch).nbytes / frames
-    )  # the packed buffer the data channel sends
-    row["bytes_per_frame_float32_obs"] = row["bytes_per_frame"] + 3 * obs_bytes / frames
-    return row
+    packed = buffer_of(batch).nbytes / frames
+    return {
+        "bytes_per_frame": packed,
+        "bytes_per_frame_float32_obs": packed + 3 * obs_bytes / frames,
+    }
 
 
 def job(collectors: int, frames: int, env: str) -> float:

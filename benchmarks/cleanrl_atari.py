@@ -7,18 +7,21 @@ CleanRL's script lives outside this repository, in its own environment (it needs
 
     python3.11 -m venv /tmp/cleanrl/.venv
     /tmp/cleanrl/.venv/bin/pip install torch envpool==0.8.4 gym==0.23.1 tyro tensorboard 'numpy<2'
+    REV=fe8d8a03c41a7ef5b523e2e354bd01c363e786bb  # the CleanRL commit compared against
     curl -L -o /tmp/cleanrl/ppo_atari_envpool.py \\
-        https://raw.githubusercontent.com/vwxyzjn/cleanrl/fe8d8a03c41a7ef5b523e2e354bd01c363e786bb/cleanrl/ppo_atari_envpool.py
+        https://raw.githubusercontent.com/vwxyzjn/cleanrl/$REV/cleanrl/ppo_atari_envpool.py
     python benchmarks/cleanrl_atari.py --python /tmp/cleanrl/.venv/bin/python \\
-        --script /tmp/cleanrl/ppo_atari_envpool.py --frames 286720 --keep /tmp/cleanrl_atari --json /tmp/cleanrl_atari.json
+        --script /tmp/cleanrl/ppo_atari_envpool.py --frames 286720 \\
+        --keep /tmp/cleanrl_atari --json /tmp/cleanrl_atari.json
 
 (envpool 0.8.4: CleanRL pins envpool below 0.7, which has no wheel for Python 3.11, and 1.x's
 ``gym`` flavour no longer runs the script unmodified.)
 
 Each side is launched as its users launch it: CleanRL as ``python ppo_atari_envpool.py --seed S
---total-timesteps N`` (torch's default threads: every core), the harness as ``torchrun --nproc_per_node=3 -m
-harness.train experiment=ppo_atari seed=S collector.total_frames=N`` with ``OMP_NUM_THREADS=1`` (what
-``scripts/train.sh`` sets) and ``--harness-overrides``. Both anneal the learning rate to 0 at N frames.
+--total-timesteps N`` (torch's default threads: every core), the harness as ``torchrun
+--nproc_per_node=3 -m harness.train experiment=ppo_atari seed=S collector.total_frames=N`` with
+``OMP_NUM_THREADS=1`` (what ``scripts/train.sh`` sets) and ``--harness-overrides``. Both anneal the
+learning rate to 0 at N frames.
 
 Reported per side (medians over seeds, and each seed): frames/s over the whole launch (N / wall
 time, start-up included) and in steady state (the harness's median ``collect/frames_per_s``,
@@ -94,9 +97,8 @@ def run_cleanrl(
         for k, v in os.environ.items()
         if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH")
     }
-    with (
-        tempfile.TemporaryDirectory() as tmp
-    ):  # it writes runs/ (tensorboard) into its working directory
+    # it writes runs/ (tensorboard) into its working directory
+    with tempfile.TemporaryDirectory() as tmp:
         cmd = [python, script, "--seed", str(seed), "--total-timesteps", str(frames)]
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
@@ -137,12 +139,13 @@ def report(
         print(side, {k: round(v, 2) for k, v in s.items()})
     h, c = summaries["harness"], summaries["cleanrl"]
     print(
-        f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
-        f"{h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
+        f"frames/s, harness vs CleanRL: {h['frames_per_s'] / c['frames_per_s']:.2f}x (whole "
+        f"launch), {h['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady)"
     )
     print(
-        f"return at {frames:,} frames, mean ± sd over {len(runs['harness'])} and {len(runs['cleanrl'])} seeds: "
-        f"harness {h['return_end_mean']:.1f} ± {h['return_end_sd']:.1f}, CleanRL {c['return_end_mean']:.1f} ± {c['return_end_sd']:.1f}"
+        f"return at {frames:,} frames, mean ± sd over {len(runs['harness'])} and "
+        f"{len(runs['cleanrl'])} seeds: harness {h['return_end_mean']:.1f} ± "
+        f"{h['return_end_sd']:.1f}, CleanRL {c['return_end_mean']:.1f} ± {c['return_end_sd']:.1f}"
     )
     return {
         "frames": frames,

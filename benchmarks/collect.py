@@ -163,6 +163,46 @@ def end_to_end(collectors: int, frames: int) -> float:
         return statistics.median(float(r["collect/frames_per_s"]) for r in rows[1:])
 
 
+def collector_rows(env_id: str, frames: int, repeats: int) -> list[dict]:
+    """``bare/<env>`` and ``collector/<env>``: medians over ``repeats`` launches of frames per
+    second, wall and CPU, and the collector's ratio to the bare env around it."""
+    # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
+    runs: list[list[tuple[float, float]]] = []
+    # bare, collector, bare in one process: drift on a noisy machine hits both alike
+    for _ in range(repeats):
+        result = run_ranks(collector_job, 2, env_id, frames // (NUM_ENVS * STEPS), timeout=600)
+        if {status for status, _ in result.values()} != {"ok"}:
+            raise RuntimeError(result)
+        runs.append(cast(list[tuple[float, float]], result[1][1]))
+    ratio = {
+        clock: statistics.median(
+            c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs
+        )
+        for clock in (0, 1)
+    }
+    rows = [
+        {
+            "case": f"bare/{env_id}",
+            "frames_per_s": statistics.median(x[0] for b, _, a in runs for x in (b, a)),
+            "frames_per_cpu_s": statistics.median(x[1] for b, _, a in runs for x in (b, a)),
+        },
+        {
+            "case": f"collector/{env_id}",
+            "frames_per_s": statistics.median(c[0] for _, c, _ in runs),
+            "frames_per_cpu_s": statistics.median(c[1] for _, c, _ in runs),
+            "vs_bare": ratio[0],
+            "vs_bare_cpu": ratio[1],
+        },
+    ]
+    print(
+        f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector "
+        f"{rows[-1]['frames_per_s']:9,.0f} fps   ratio {ratio[0]:.2f} (per CPU second: "
+        f"{ratio[1]:.2f}; medians of {repeats} launches)",
+        flush=True,
+    )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,43 +222,7 @@ def main() -> None:
         except ValueError as e:
             print(f"skipping {env_id}: {e}")
             continue
-        runs: list[
-            list[tuple[float, float]]
-        ] = []  # per launch: (bare before, collector, bare after), each (wall fps, cpu fps)
-        for _ in range(
-            args.repeats
-        ):  # bare, collector, bare in one process: drift on a noisy machine hits both alike
-            result = run_ranks(
-                collector_job, 2, env_id, args.frames // (NUM_ENVS * STEPS), timeout=600
-            )
-            if {status for status, _ in result.values()} != {"ok"}:
-                raise RuntimeError(result)
-            runs.append(cast(list[tuple[float, float]], result[1][1]))
-        ratio = {
-            clock: statistics.median(
-                c[clock] / statistics.mean((b[clock], a[clock])) for b, c, a in runs
-            )
-            for clock in (0, 1)
-        }
-        rows += [
-            {
-                "case": f"bare/{env_id}",
-                "frames_per_s": statistics.median(x[0] for b, _, a in runs for x in (b, a)),
-                "frames_per_cpu_s": statistics.median(x[1] for b, _, a in runs for x in (b, a)),
-            },
-            {
-                "case": f"collector/{env_id}",
-                "frames_per_s": statistics.median(c[0] for _, c, _ in runs),
-                "frames_per_cpu_s": statistics.median(c[1] for _, c, _ in runs),
-                "vs_bare": ratio[0],
-                "vs_bare_cpu": ratio[1],
-            },
-        ]
-        print(
-            f"{env_id:>16}: bare {rows[-2]['frames_per_s']:9,.0f} fps   collector {rows[-1]['frames_per_s']:9,.0f} fps   "
-            f"ratio {ratio[0]:.2f} (per CPU second: {ratio[1]:.2f}; medians of {args.repeats} launches)",
-            flush=True,
-        )
+        rows += collector_rows(env_id, args.frames, args.repeats)
     for collectors in () if args.no_e2e else (1, 2):
         fps = end_to_end(collectors, 102_400)
         rows.append(

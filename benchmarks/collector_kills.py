@@ -111,12 +111,6 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
             )
         with open(f"{tmp}/run/metrics.csv", newline="") as f:
             rows = list(csv.DictReader(f))
-    latencies = []
-    for at, line in lines:
-        if found := FIRST_BATCH.search(line):
-            before = [t for t, r in kills if r == int(found[1]) and t <= at]
-            if before:
-                latencies.append(at - before[-1])
     last = rows[-1]
     return {
         "job": job,
@@ -135,8 +129,21 @@ def launch(job: str, variant: str, seed: int, args: argparse.Namespace) -> dict[
         "frames_lost": sum(
             float(r["collect/frames_lost"] or 0) for r in rows if "collect/frames_lost" in r
         ),
-        "replaced_s": latencies,
+        "replaced_s": replacement_latencies(lines, kills),
     }
+
+
+def replacement_latencies(
+    lines: list[tuple[float, str]], kills: list[tuple[float, int]]
+) -> list[float]:
+    """Seconds from each kill to the first batch its collector's new worker sent."""
+    latencies = []
+    for at, line in lines:
+        if found := FIRST_BATCH.search(line):
+            before = [t for t, r in kills if r == int(found[1]) and t <= at]
+            if before:
+                latencies.append(at - before[-1])
+    return latencies
 
 
 def main() -> None:
@@ -159,7 +166,8 @@ def main() -> None:
                 results.append(result)
                 print(json.dumps(result), flush=True)
     print(
-        "\n| job | variant | frames/s (median over seeds) | threshold met | kills | restarts | replaced in (median s) |"
+        "\n| job | variant | frames/s (median over seeds) | threshold met | kills | restarts | "
+        "replaced in (median s) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for job in args.jobs:
@@ -168,8 +176,9 @@ def main() -> None:
             waits = [s for r in mine for s in r["replaced_s"]]
             print(
                 f"| {job} | {variant} | {statistics.median(r['frames_per_s'] for r in mine):.0f} | "
-                f"{sum(r['threshold_met'] for r in mine)}/{len(mine)} | {sum(r['kills'] for r in mine)} | "
-                f"{sum(r['restarts'] for r in mine):.0f} | {statistics.median(waits) if waits else float('nan'):.2f} |"
+                f"{sum(r['threshold_met'] for r in mine)}/{len(mine)} | "
+                f"{sum(r['kills'] for r in mine)} | {sum(r['restarts'] for r in mine):.0f} | "
+                f"{statistics.median(waits) if waits else float('nan'):.2f} |"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -74,7 +74,16 @@ def trainer_pid(launcher: int) -> int:
     raise LookupError("the job's trainer")
 
 
-def main() -> None:
+def wait_for_joined(run: Path, timeout: float = 120) -> None:
+    """Until the run's last rows count frames from joined collectors."""
+    deadline = time.monotonic() + timeout
+    while not any(float(r.get("collect/joined_fraction") or 0) > 0 for r in rows(run)[-2:]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("no joined collector's frames arrived")
+        time.sleep(0.5)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -84,7 +93,11 @@ def main() -> None:
         "--phase-s", type=float, default=30.0, help="seconds each phase is measured"
     )
     parser.add_argument("--json", help="write the result here")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     variables = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -98,8 +111,8 @@ def main() -> None:
         job_cmd = [
             torchrun, "--standalone", "--nproc_per_node=3", "-m", "harness.train",
             "env.id=slow_env:SlowCartPole-v0", "collector.mode=async", f"topology.join_port={PORT}",
-            "collector.total_frames=1000000000", "logger.log_every_frames=2048", "logger.console=false",
-            "checkpoint.every_frames=0", f"run_dir={run}",
+            "collector.total_frames=1000000000", "logger.log_every_frames=2048",
+            "logger.console=false", "checkpoint.every_frames=0", f"run_dir={run}",
         ]  # fmt: skip
         job = subprocess.Popen(
             head.run(job_cmd), cwd=tmp, env={**variables, **head.env()}, stdout=subprocess.DEVNULL
@@ -117,11 +130,7 @@ def main() -> None:
                 )
                 for _ in range(args.joiners)
             ]
-            deadline = time.monotonic() + 120
-            while not any(float(r.get("collect/joined_fraction") or 0) > 0 for r in rows(run)[-2:]):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no joined collector's frames arrived")
-                time.sleep(0.5)
+            wait_for_joined(run)
             time.sleep(3)  # every joined collector sending
             joined = phase(run, args.phase_s)
             share = float(rows(run)[-1]["collect/joined_fraction"])

@@ -1,8 +1,9 @@
 """The job grown: start-up, weight sync and batch intake with 2 to 32 collectors.
 
-    python benchmarks/scale.py --json bench-scale.json          # every size and scheme (rows
-    written after each case) python benchmarks/scale.py --quick --json /tmp/scale.json   # 2
-    collectors, the smoke run
+    # every size and scheme (rows written after each case)
+    python benchmarks/scale.py --json bench-scale.json
+    # 2 collectors, the smoke run
+    python benchmarks/scale.py --quick --json /tmp/scale.json
 
 Each case is one real launch: ``torchrun`` with 1 trainer + N collectors on
 one node, or (``nodes=2``, where network namespaces can be made: root and
@@ -99,22 +100,29 @@ def worker(opts: dict) -> None:
     everyone: list = [None] * layout.world_size
     dist.all_gather_object(everyone, (marks, result))
     if layout.rank == 0:
-        latencies: dict[int, list[float]] = {}
-        for _, lat in everyone[1:]:
-            for version, ms in lat.items():
-                latencies.setdefault(version, []).append(ms)
-        last = [max(v) for v in latencies.values()]  # each publish: when the last collector had it
-        Path(opts["out"]).write_text(
-            json.dumps(
-                {
-                    **result,
-                    "marks": {k: max(m[k] for m, _ in everyone) for k in marks},
-                    "sync_ms": last,
-                    "collectors": layout.world_size - 1,
-                }
-            )
-        )
+        write_result(opts["out"], result, everyone)
     dist.destroy_process_group()
+
+
+def write_result(out: str, result: dict, everyone: list) -> None:
+    """Rank 0's ``result``, with when the last rank reached each stage of its start and each
+    publish's latency to the last collector (``everyone``: every rank's ``(marks, result)``)."""
+    latencies: dict[int, list[float]] = {}
+    for _, lat in everyone[1:]:
+        for version, ms in lat.items():
+            latencies.setdefault(version, []).append(ms)
+    last = [max(v) for v in latencies.values()]  # each publish: when the last collector had it
+    marks = everyone[0][0]
+    Path(out).write_text(
+        json.dumps(
+            {
+                **result,
+                "marks": {k: max(m[k] for m, _ in everyone) for k in marks},
+                "sync_ms": last,
+                "collectors": len(everyone) - 1,
+            }
+        )
+    )
 
 
 def trainer(cfg, layout, groups, models, opts) -> dict:
@@ -136,15 +144,13 @@ def trainer(cfg, layout, groups, models, opts) -> dict:
     while time.monotonic() < start + opts["warmup_s"]:
         receiver.receive_any()
     intake = windows(receiver, opts["intake_s"])  # a trivial update: take the batch, nothing else
-    publisher.publish(
-        Header(1, values={"t0": time.monotonic(), "phase": 1})
-    )  # collectors stop stepping envs
+    # collectors stop stepping envs
+    publisher.publish(Header(1, values={"t0": time.monotonic(), "phase": 1}))
     channel = windows(receiver, opts["intake_s"], skip_s=0.5)
     publisher.publish(Header(2, values={"t0": time.monotonic(), "phase": 2}))  # no more batches
     receiver.drain()
-    for version in range(
-        3, 3 + opts["samples"]
-    ):  # publish-to-applied: collectors idle, nothing queues
+    # publish-to-applied: collectors idle, nothing queues
+    for version in range(3, 3 + opts["samples"]):
         dist.barrier()
         last = version == 2 + opts["samples"]
         publisher.publish(Header(version, stop=last, values={"t0": time.monotonic(), "phase": 3}))
@@ -210,33 +216,33 @@ def collector(cfg, layout, groups, models, opts) -> dict[int, float]:
     return latencies
 
 
+def torchrun_commands(
+    nodes, collectors: int, scheme: str, script: list[str], env: dict, pair=None
+) -> list[tuple[list[str], dict]]:
+    """``(command, environment)`` of each node's torchrun: 1 trainer + ``collectors``."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    if nodes == 1:
+        return [([torchrun, "--standalone", f"--nproc_per_node={collectors + 1}", *script], env)]
+    head = pair[0]
+    return [
+        (
+            node.torchrun(
+                i, head, collectors // 2 + (i == 0), script, run_id=f"scale-{scheme}-{collectors}"
+            ),
+            {**env, **node.env()},
+        )
+        for i, node in enumerate(pair)
+    ]
+
+
 def launch(nodes, collectors: int, scheme: str, opts: dict, pair=None) -> dict:
     """One case through the real torchrun (a pair of them on two namespaces); its row."""
     with tempfile.TemporaryDirectory() as tmp:
         opts = {**opts, "scheme": scheme, "out": f"{tmp}/result.json"}
         script = [str(Path(__file__).resolve()), "--worker", json.dumps(opts)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        torchrun = str(Path(sys.executable).parent / "torchrun")
         launched_ns = time.monotonic_ns()
-        if nodes == 1:
-            commands = [
-                ([torchrun, "--standalone", f"--nproc_per_node={collectors + 1}", *script], env)
-            ]
-        else:
-            head = pair[0]
-            commands = [
-                (
-                    node.torchrun(
-                        i,
-                        head,
-                        collectors // 2 + (i == 0),
-                        script,
-                        run_id=f"scale-{scheme}-{collectors}",
-                    ),
-                    {**env, **node.env()},
-                )
-                for i, node in enumerate(pair)
-            ]
+        commands = torchrun_commands(nodes, collectors, scheme, script, env, pair)
         procs = [
             subprocess.Popen(
                 cmd, env=e, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -298,7 +304,8 @@ def ratios(rows: list[dict]) -> list[str]:
                 x, y = get(nodes, a, scheme, key), get(nodes, b, scheme, key)
                 if x and y:
                     lines.append(
-                        f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors = {x / y:.2f} {target}"
+                        f"{nodes} node(s) {scheme:>12}: {key} {a} / {b} collectors "
+                        f"= {x / y:.2f} {target}"
                     )
     h, g = get(2, 16, "hierarchical", "sync_ms_median"), get(2, 16, "gloo", "sync_ms_median")
     if h and g:
@@ -349,18 +356,18 @@ def main() -> None:
                 pair = stack.enter_context(netns.two_nodes("b"))
             except netns.NamespaceError as e:
                 print(f"skipping 2 nodes: {e}", flush=True)
-        for n in (
-            collectors
-        ):  # the smaller sizes first, on both layouts: a run cut short still has its pairs
+        # the smaller sizes first, on both layouts: a run cut short still has its pairs
+        for n in collectors:
             for nodes in [k for k in args.nodes if k == 1 or pair is not None]:
                 for scheme in [s for s in args.schemes or SCHEMES[nodes] if s in SCHEMES[nodes]]:
                     rows.append(launch(nodes, n, scheme, opts, pair))
                     r = rows[-1]
                     print(
-                        f"{nodes} node(s) {n:>3} collectors {scheme:>12}: start-up {r['startup_s']:6.1f} s "
-                        f"({r['after_imports_s']:5.1f} s after imports)  sync {r['sync_ms_median']:8.2f} ms "
-                        f"(p90 {r['sync_ms_p90']:8.2f})  intake {r['intake_frames_per_s']:9,.0f} frames/s  "
-                        f"channel {r['channel_frames_per_s']:9,.0f} frames/s",
+                        f"{nodes} node(s) {n:>3} collectors {scheme:>12}: start-up "
+                        f"{r['startup_s']:6.1f} s ({r['after_imports_s']:5.1f} s after imports)  "
+                        f"sync {r['sync_ms_median']:8.2f} ms (p90 {r['sync_ms_p90']:8.2f})  intake "
+                        f"{r['intake_frames_per_s']:9,.0f} frames/s  channel "
+                        f"{r['channel_frames_per_s']:9,.0f} frames/s",
                         flush=True,
                     )
                     if args.json:  # after every case

@@ -77,7 +77,8 @@ def main() -> None:
         for mode, slowed in cases:
             results[mode, slowed].append(launch(mode, slowed, args, seed=1 + repeat))
             print(
-                f"repeat {repeat + 1} {mode} {'slowed' if slowed else 'even'}: {results[mode, slowed][-1]}",
+                f"repeat {repeat + 1} {mode} {'slowed' if slowed else 'even'}: "
+                f"{results[mode, slowed][-1]}",
                 flush=True,
             )
     rows: list[dict[str, Any]] = []

@@ -26,9 +26,8 @@ class SlowCartPole(CartPoleEnv):
         )
 
     def step(self, action):
-        time.sleep(
-            self.pause_s
-        )  # an env step that costs time but not CPU: the 2 cores stay the trainer's
+        # an env step that costs time but not CPU: the 2 cores stay the trainer's
+        time.sleep(self.pause_s)
         return super().step(action)
 
 

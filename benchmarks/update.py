@@ -1,7 +1,7 @@
 """Time per gradient update of each algorithm against two yardsticks, and replay throughput.
 
-    python benchmarks/update.py --json bench-update.json [--device cuda] [--compile] [--amp] [--only
-    sac td3]
+    python benchmarks/update.py --json bench-update.json \\
+        [--device cuda] [--compile] [--amp] [--only sac td3]
 
 Measured in the same run, in interleaved rounds (a shared machine's load falls
 on all alike), medians: ``update/<algo>``, the harness's step (``algo.learn``
@@ -34,13 +34,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from reference_steps import (
+from reference_steps import (  # benchmarks/
     reference_cql,
     reference_dqn,
     reference_iql,
     reference_sac,
     reference_td3,
-)  # benchmarks/
+)
 from tensordict import TensorDict
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -229,9 +229,8 @@ def update_rows(
             sync()
             compile_s = time.perf_counter() - start
         seconds = timed(fns, repeats, sync)
-        found = check_devices(
-            algo
-        )  # where the timed update's tensors are (it raises, naming any elsewhere)
+        # where the timed update's tensors are (it raises, naming any elsewhere)
+        found = check_devices(algo)
         for kind in fns:
             row = {
                 "case": f"update/{case}/{kind}"
@@ -330,9 +329,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if (
-        args.compile
-    ):  # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
+    # compile from scratch, as a fresh machine would: no kernels cached by an earlier run
+    if args.compile:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
 
     def write(rows: list[dict]) -> None:

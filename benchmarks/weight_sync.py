@@ -1,8 +1,9 @@
 """Publish-to-applied latency of every weight sync scheme that runs here.
 
-    python benchmarks/weight_sync.py --json bench-weight_sync.json [--sizes 100000 1000000 10000000]
-    [--repeats 3] python benchmarks/weight_sync.py --publisher-device cuda --sizes 10000000
-    --schemes d2h gloo shm hierarchical
+    python benchmarks/weight_sync.py --json bench-weight_sync.json \\
+        [--sizes 100000 1000000 10000000] [--repeats 3]
+    python benchmarks/weight_sync.py --publisher-device cuda --sizes 10000000 \\
+        --schemes d2h gloo shm hierarchical
 
 Real spawned ranks: one publisher (rank 0) and two subscribers. Each sample:
 rank 0 stamps the clock, publishes, and every subscriber notes when the update
@@ -74,9 +75,8 @@ def scheme_rank(
     if rank == 0:
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device).index or 0)
-        pack_parameters_(
-            model.to(device)
-        )  # as the algorithms do with what they publish, on the trainer's device
+        # as the algorithms do with what they publish, on the trainer's device
+        pack_parameters_(model.to(device))
         where = {str(p.device) for p in model.parameters()}
         if where != {str(torch.device(device, 0) if device == "cuda" else torch.device(device))}:
             raise RuntimeError(
@@ -125,16 +125,13 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     from multiprocessing import shared_memory
 
     torch.set_num_threads(1)
-    init_distributed(
-        Layout.from_env(1), 60
-    )  # barriers between samples, and the buffer's name; never in what is timed
-    packed = next(
-        pack_parameters_(make_model(params)).parameters()
-    ).untyped_storage()  # one buffer, as a trainer's
+    # barriers between samples, and the buffer's name; never in what is timed
+    init_distributed(Layout.from_env(1), 60)
+    # one buffer, as a trainer's
+    packed = next(pack_parameters_(make_model(params)).parameters()).untyped_storage()
     source = torch.empty(0, dtype=torch.uint8).set_(packed)  # type: ignore[call-overload]
-    name = [
-        shm_files.new_name(0)
-    ]  # the harness's own naming: its stale-segment clean-up also finds this one
+    # the harness's own naming: its stale-segment clean-up also finds this one
+    name = [shm_files.new_name(0)]
     dist.broadcast_object_list(name, src=0)
     offset = -(-(3 + world) * 8 // 64) * 64
     if rank == 0:
@@ -147,9 +144,8 @@ def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[floa
     finally:  # also after a failure: no segment outlives the benchmark
         if rank == 0:
             region.unlink()
-        with contextlib.suppress(
-            BufferError
-        ):  # a failure's traceback may still hold views of the buffer
+        # a failure's traceback may still hold views of the buffer
+        with contextlib.suppress(BufferError):
             region.close()
 
 
@@ -171,9 +167,8 @@ def copy_ack_samples(
             control[0] = version
             futex.wake(bell)
             while True:
-                rung = int(
-                    control[1]
-                )  # before looking: an acknowledgement after it ends the sleep at once
+                # before looking: an acknowledgement after it ends the sleep at once
+                rung = int(control[1])
                 if all(control[3 + r] == version for r in range(1, world)):
                     break
                 futex.wait(ack_bell, rung, 1.0)
@@ -247,7 +242,7 @@ def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -259,7 +254,8 @@ def main() -> None:
         "--schemes",
         nargs="+",
         default=[*REFERENCES, *SCHEMES],
-        help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; d2h: the plain device-to-host copy (with a GPU publisher)",
+        help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; "
+        "d2h: the plain device-to-host copy (with a GPU publisher)",
     )
     parser.add_argument(
         "--publisher-device",
@@ -272,29 +268,35 @@ def main() -> None:
         default=1,
         help="launches of every scheme, interleaved (the median of their medians)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    rows = []
-    for params in args.sizes:
-        samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
-        rows.append(row("memcpy", params, [memcpy(params, samples * 5)[5:]]))
-        runs: dict[str, list[list[float]]] = {scheme: [] for scheme in args.schemes}
-        for _ in range(
-            args.repeats
-        ):  # interleaved: neighbours in time see the same load on a shared machine
-            for scheme in args.schemes:
-                runs[scheme].append(
-                    measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device)
-                )
-        rows += [
-            {**row(scheme, params, runs[scheme]), "publisher": args.publisher_device}
-            for scheme in args.schemes
-        ]
-        for r in rows[-1 - len(args.schemes) :]:
-            print(
-                f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  p90 {r['p90_ms']:9.3f} ms",
-                flush=True,
+
+def size_rows(params: int, args: argparse.Namespace) -> list[dict]:
+    """The rows of one model size: memcpy's, then every scheme's, each printed."""
+    samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
+    rows = [row("memcpy", params, [memcpy(params, samples * 5)[5:]])]
+    runs: dict[str, list[list[float]]] = {scheme: [] for scheme in args.schemes}
+    # interleaved: neighbours in time see the same load on a shared machine
+    for _ in range(args.repeats):
+        for scheme in args.schemes:
+            runs[scheme].append(
+                measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device)
             )
+    rows += [
+        {**row(scheme, params, runs[scheme]), "publisher": args.publisher_device}
+        for scheme in args.schemes
+    ]
+    for r in rows:
+        print(
+            f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  "
+            f"p90 {r['p90_ms']:9.3f} ms",
+            flush=True,
+        )
+    return rows
+
+
+def print_ratios(rows: list[dict], args: argparse.Namespace) -> None:
+    """Each scheme's median against the references' (d2h, shm_copy_ack, memcpy) run with it."""
 
     def median(scheme, params):
         return next(r["median_ms"] for r in rows if r["scheme"] == scheme and r["params"] == params)
@@ -314,15 +316,25 @@ def main() -> None:
         print(
             f"  {params:>10,}: "
             + "   ".join(
-                f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x ({median(scheme, params) / median('memcpy', params):.1f}x)"
+                f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x "
+                f"({median(scheme, params) / median('memcpy', params):.1f}x)"
                 for scheme in args.schemes
                 if scheme != "shm_copy_ack"
             )
         )
     for params in args.sizes if {"gloo_per_param", "gloo"} <= set(args.schemes) else []:
         print(
-            f"  {params:>10,}: gloo_per_param/gloo {median('gloo_per_param', params) / median('gloo', params):.1f}x"
+            f"  {params:>10,}: gloo_per_param/gloo "
+            f"{median('gloo_per_param', params) / median('gloo', params):.1f}x"
         )
+
+
+def main() -> None:
+    args = parse_args()
+    rows = []
+    for params in args.sizes:
+        rows += size_rows(params, args)
+    print_ratios(rows, args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -19,27 +19,22 @@ class CQLConfig(OfflineConfig):
     """Defaults follow CORL's ``cql.py`` for D4RL locomotion, where they apply."""
 
     name: str = "cql"
-    cql_alpha: float = ranged(
-        5.0, NON_NEGATIVE
-    )  # weight of the conservative penalty, for rewards of about 1 a step (see reward_scale)
-    n_actions: int = ranged(
-        10, AT_LEAST_ONE
-    )  # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
+    # weight of the conservative penalty, for rewards of about 1 a step (see reward_scale)
+    cql_alpha: float = ranged(5.0, NON_NEGATIVE)
+    # continuous: actions sampled per kind (uniform, pi(s), pi(s')) for the soft maximum
+    n_actions: int = ranged(10, AT_LEAST_ONE)
     temperature: float = ranged(1.0, POSITIVE)  # of the soft maximum
     lagrange: bool = False  # continuous: tune the penalty's weight towards target_action_gap
-    target_action_gap: float = ranged(
-        10.0, NON_NEGATIVE
-    )  # with lagrange: the wanted soft-max(Q) - Q(data) gap
-    actor_lr: float = ranged(
-        1e-4, POSITIVE
-    )  # continuous: actor's and entropy weight's Adam learning rate
+    # with lagrange: the wanted soft-max(Q) - Q(data) gap
+    target_action_gap: float = ranged(10.0, NON_NEGATIVE)
+    # continuous: actor's and entropy weight's Adam learning rate
+    actor_lr: float = ranged(1e-4, POSITIVE)
     # Continuous: the actor's first gradient steps clone the dataset's actions instead of maximising
     # Q (the CQL paper's code, 10k-40k steps): the critics' targets then use actions near the data's
     # from the start.
     bc_steps: int = ranged(0, NON_NEGATIVE)
-    critic_lr: float = ranged(
-        3e-4, POSITIVE
-    )  # critics' (and the Lagrange weight's) Adam learning rate
+    # critics' (and the Lagrange weight's) Adam learning rate
+    critic_lr: float = ranged(3e-4, POSITIVE)
     tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient (discrete: 1 copies)
     target_update_every: int = ranged(1, AT_LEAST_ONE)  # gradient steps between target updates
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers

@@ -40,9 +40,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
     compile_by_default = True
     policy: SACPolicy
 
-    def __init__(
-        self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         # The critics' side: twin critics, and the penalty's Lagrange multiplier.
         self.critics = Critics(spec, cfg.hidden).to(self.device)
@@ -89,9 +88,8 @@ class CQL(OfflineAlgorithm[CQLConfig, Policy]):
         if self.gradient_steps <= self.cfg.bc_steps:
             objective = self.policy.log_prob(obs, data_action)
         else:
-            objective = (
-                self.critics(obs, pi_action, frozen=True).min(0).values
-            )  # the gradient reaches the actor only
+            # the gradient reaches the actor only
+            objective = self.critics(obs, pi_action, frozen=True).min(0).values
         actor_loss = (alpha * log_prob - objective).mean()
         step(self.actor_optimizer, actor_loss)
         step(

@@ -29,22 +29,21 @@ class DiscreteCQL(OfflineAlgorithm[CQLConfig, QPolicy]):
 
     Config = CQLConfig
     compiled = ("losses",)
-    takes_pixels = (
-        True  # QPolicy's network is the Nature CNN on images, as DQN's (the CQL paper's Atari runs)
-    )
+    # QPolicy's network is the Nature CNN on images, as DQN's (the CQL paper's Atari runs)
+    takes_pixels = True
 
     @classmethod
     def make_policy(cls, cfg: CQLConfig, spec: EnvSpec) -> QPolicy:
         require_actions(
             spec,
             True,
-            "discrete CQL needs discrete actions; algo=cql picks the continuous form for continuous ones",
+            "discrete CQL needs discrete actions; algo=cql picks the continuous "
+            "form for continuous ones",
         )
         return QPolicy(spec, (cfg.hidden, cfg.hidden))
 
-    def __init__(
-        self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: CQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.q_optimizer = adam(self.policy.parameters(), lr=cfg.critic_lr)

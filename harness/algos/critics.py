@@ -67,9 +67,8 @@ class Ensemble(nn.Module):
         """The first ``members`` members (default: all) on ``x`` ``[M, in]``: ``[members, M, out]``.
         ``frozen``: no gradient for the weights (it still flows to ``x``)."""
         members = members or self.weight[0].shape[0]
-        if (
-            x.device.type == "cpu" and x.shape[0] > CPU_ROWS
-        ):  # in blocks whose activations stay in cache
+        # in blocks whose activations stay in cache
+        if x.device.type == "cpu" and x.shape[0] > CPU_ROWS:
             return torch.cat(
                 [self.forward(block, members, frozen) for block in x.split(CPU_ROWS)], 1
             )
@@ -81,9 +80,8 @@ class Ensemble(nn.Module):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weight) - 1:
                 h = torch.relu(h)
-        return (
-            h.float()
-        )  # float32 values under algo.amp too: TD targets and their errors need the precision
+        # float32 values under algo.amp too: TD targets and their errors need the precision
+        return h.float()
 
 
 class Critics(nn.Module):

@@ -70,7 +70,8 @@ def check_devices(algo: Algorithm) -> str:
     if wrong:
         shown = ", ".join(wrong[:8]) + (f" and {len(wrong) - 8} more" if len(wrong) > 8 else "")
         raise RuntimeError(
-            f"{type(algo).__name__} should live on {algo.device}, but {len(wrong)} tensors do not: {shown}"
+            f"{type(algo).__name__} should live on {algo.device}, but {len(wrong)} "
+            f"tensors do not: {shown}"
         )
     where = Counter(str(t.device) for _, t in held_tensors(algo))
     return ", ".join(f"{n} tensors on {device}" for device, n in sorted(where.items()))

@@ -45,12 +45,10 @@ class DQNConfig(OffPolicyConfig):
     target_network_frequency: int = ranged(50, AT_LEAST_ONE)
     start_e: float = ranged(1.0, PROBABILITY)  # epsilon at the start
     end_e: float = ranged(0.05, PROBABILITY)  # epsilon at the end of the schedule
-    exploration_fraction: float = ranged(
-        0.5, UNIT
-    )  # fraction of collector.total_frames over which epsilon decays
-    double_dqn: bool = (
-        False  # pick the next action with the online network, value it with the target
-    )
+    # fraction of collector.total_frames over which epsilon decays
+    exploration_fraction: float = ranged(0.5, UNIT)
+    # pick the next action with the online network, value it with the target
+    double_dqn: bool = False
     hidden_sizes: tuple[int, ...] = (120, 84)  # Q-network widths
 
 
@@ -64,9 +62,8 @@ class QPolicy(Policy):
 
     def q(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values of every action, ``[B, num_actions]``."""
-        return self.net(
-            obs.flatten(1)
-        ).float()  # float32 values under algo.amp too: TD targets need the precision
+        # float32 values under algo.amp too: TD targets need the precision
+        return self.net(obs.flatten(1)).float()
 
     def forward(
         self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
@@ -74,9 +71,8 @@ class QPolicy(Policy):
         action = self.q(obs).argmax(-1)
         if not deterministic:
             epsilon = 1.0 if values.get("random") else values.get("epsilon", 0.0)
-            explore = (
-                torch.rand(obs.shape[0], device=obs.device) < epsilon
-            )  # on the policy's device: a GPU collector's too
+            # on the policy's device: a GPU collector's too
+            explore = torch.rand(obs.shape[0], device=obs.device) < epsilon
             action = torch.where(
                 explore,
                 torch.randint(0, self.num_actions, action.shape, device=action.device),
@@ -99,9 +95,8 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     header_values = ("random", "epsilon")
     takes_pixels = True
 
-    def __init__(
-        self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: DQNConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.optimizer = adam(self.policy.parameters(), lr=cfg.learning_rate)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)

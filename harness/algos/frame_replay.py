@@ -53,9 +53,8 @@ class FrameReplay:
         stack = rollout["obs"].shape[2]
         example = rollout[0, 0].exclude(*KEYS)
         for key in KEYS:
-            example[f"{key}_frames"] = torch.zeros(
-                stack, dtype=torch.int64
-            )  # frame sequence numbers
+            # frame sequence numbers
+            example[f"{key}_frames"] = torch.zeros(stack, dtype=torch.int64)
         self.transitions = ReplayBuffer(capacity, example, memmap_dir, device)
         frame_capacity = int(capacity * (1 + stack / steps) * 1.05) + 2 * stack * steps
         frames = TensorDict(frame=rollout["obs"][0, 0, 0]).expand(frame_capacity)
@@ -119,9 +118,8 @@ class FrameReplay:
         for key in KEYS:
             stored[f"{key}_frames"] = refs[key]
         cursor = self.transitions.cursor
-        if (
-            self.size + column.shape[0] > self.capacity
-        ):  # the ring wraps over the oldest: they retire
+        # the ring wraps over the oldest: they retire
+        if self.size + column.shape[0] > self.capacity:
             self._retire(self.size + column.shape[0] - self.capacity)
         self.transitions.extend(stored)
         slots = (cursor + torch.arange(column.shape[0])) % self.capacity
@@ -198,8 +196,9 @@ class FrameReplay:
         saved = len(state["oldest"])
         if saved != capacity:
             raise ValueError(
-                f"the checkpoint's frame replay holds {saved} transitions and this run's {capacity}: resume with the "
-                "same algo.buffer_size and topology.trainers, or start the replay anew (checkpoint.replay_buffer=false)"
+                f"the checkpoint's frame replay holds {saved} transitions and this run's "
+                f"{capacity}: resume with the same algo.buffer_size and topology.trainers, or "
+                "start the replay anew (checkpoint.replay_buffer=false)"
             )
         self = cls.__new__(cls)
         storage = TensorDict(state["storage"], batch_size=[capacity])

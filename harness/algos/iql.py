@@ -37,17 +37,14 @@ class IQLConfig(OfflineConfig):
     """Defaults are CORL's ``iql.py`` for D4RL locomotion."""
 
     name: str = "iql"
-    expectile: float = ranged(
-        0.7, OPEN_UNIT
-    )  # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
+    # tau of the value loss: 0.5 is the mean (SARSA), towards 1 the max
+    expectile: float = ranged(0.7, OPEN_UNIT)
     beta: float = ranged(3.0, NON_NEGATIVE)  # inverse temperature of the advantage weights
     tau: float = ranged(0.005, UNIT)  # target critics' smoothing coefficient
-    actor_lr: float = ranged(
-        3e-4, POSITIVE
-    )  # at the first step; a cosine takes it to 0 at gradient_steps
-    deterministic_actor: bool = (
-        False  # CORL's iql_deterministic: a tanh MLP regressed onto the data's actions
-    )
+    # at the first step; a cosine takes it to 0 at gradient_steps
+    actor_lr: float = ranged(3e-4, POSITIVE)
+    # CORL's iql_deterministic: a tanh MLP regressed onto the data's actions
+    deterministic_actor: bool = False
     critic_lr: float = ranged(3e-4, POSITIVE)  # critics and value function
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of every network's two hidden layers
 
@@ -120,9 +117,8 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
     Config = IQLConfig
     compiled = ("value_loss", "critic_loss", "actor_loss")
 
-    def __init__(
-        self, cfg: IQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: IQLConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.critics = Critics(spec, cfg.hidden).to(self.device)
         self.value = mlp(spec.obs_dim, [cfg.hidden, cfg.hidden], 1, activation=nn.ReLU).to(
@@ -156,9 +152,8 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """V towards the upper expectile of the target critics' min Q over the dataset's actions;
         and Q - V."""
-        advantage = self.critics.targets(obs, action).min(0).values - self.value(
-            obs
-        ).float().squeeze(-1)
+        target_q = self.critics.targets(obs, action).min(0).values
+        advantage = target_q - self.value(obs).float().squeeze(-1)
         return expectile_loss(advantage, self.cfg.expectile), advantage
 
     def critic_loss(
@@ -167,9 +162,8 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
         """Critics towards r + gamma * V(s'): no action outside the dataset is ever valued."""
         target = batch["reward"] + (1 - batch["terminated"].float()) * self.cfg.gamma * next_v
         q = self.critics(batch["obs"], batch["action"])  # [2, B]
-        return (q - target).pow(
-            2
-        ).mean(), q  # the mean of the critics' mean squared TD errors (CORL's)
+        # the mean of the critics' mean squared TD errors (CORL's)
+        return (q - target).pow(2).mean(), q
 
     def actor_loss(
         self, obs: torch.Tensor, action: torch.Tensor, advantage: torch.Tensor
@@ -205,7 +199,6 @@ class IQL(OfflineAlgorithm[IQLConfig, IQLPolicy]):
             "train/actor_loss": actor_loss.detach(),
             "train/advantage": advantage.detach().mean(),
             "train/adv_weight": weights.mean(),
-            "train/actor_lr": torch.full(
-                (), actor_lr, device=self.device
-            ),  # a fill on the device: no copy, no wait
+            # a fill on the device: no copy, no wait
+            "train/actor_lr": torch.full((), actor_lr, device=self.device),
         }

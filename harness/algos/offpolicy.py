@@ -36,18 +36,14 @@ from harness.core.specs import EnvSpec
 class OffPolicyConfig(AlgoConfig):
     """Fields every off-policy algorithm has."""
 
-    buffer_size: int = ranged(
-        1_000_000, AT_LEAST_ONE
-    )  # replay capacity in transitions, over all trainers (memory is allocated at start)
-    batch_size: int = ranged(
-        256, AT_LEAST_ONE
-    )  # transitions per gradient step, over all trainers (a multiple of topology.trainers)
-    learning_starts: int = ranged(
-        5_000, NON_NEGATIVE
-    )  # frames of random actions before the first update
-    update_to_data: float = ranged(
-        1.0, POSITIVE
-    )  # gradient steps per collected frame, whatever the number of collectors and trainers
+    # replay capacity in transitions, over all trainers (memory is allocated at start)
+    buffer_size: int = ranged(1_000_000, AT_LEAST_ONE)
+    # transitions per gradient step, over all trainers (a multiple of topology.trainers)
+    batch_size: int = ranged(256, AT_LEAST_ONE)
+    # frames of random actions before the first update
+    learning_starts: int = ranged(5_000, NON_NEGATIVE)
+    # gradient steps per collected frame, whatever the number of collectors and trainers
+    update_to_data: float = ranged(1.0, POSITIVE)
     gamma: float = ranged(0.99, UNIT)  # discount
     memmap_dir: str = ""  # keep the replay buffer on disk here (memory-mapped); "" keeps it in RAM
     # cpu: RAM, each sample staged to the trainer's GPU; trainer: on the trainer's device (GPU
@@ -61,12 +57,13 @@ class OffPolicyConfig(AlgoConfig):
         super().__post_init__()
         if self.replay_device not in ("cpu", "trainer"):
             raise ValueError(
-                f"algo.replay_device={self.replay_device!r}: choose cpu (RAM) or trainer (the trainer's device, "
-                "a GPU's memory when it has one)"
+                f"algo.replay_device={self.replay_device!r}: choose cpu (RAM) or trainer (the "
+                "trainer's device, a GPU's memory when it has one)"
             )
         if self.replay_device == "trainer" and self.memmap_dir:
             raise ValueError(
-                "algo.replay_device=trainer and algo.memmap_dir both place the replay buffer: choose one"
+                "algo.replay_device=trainer and algo.memmap_dir both place the "
+                "replay buffer: choose one"
             )
 
 
@@ -77,24 +74,20 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
     """An algorithm that learns from a replay of collectors' frames, ``learn`` per gradient step."""
 
     needs_next_obs = True
-    data_parallel_trainers = (
-        True  # each trainer its own replay; ``step(..., self.ddp_group)`` averages gradients
-    )
-    header_values: ClassVar[tuple[str, ...]] = (
-        "random",
-    )  # 1 while collectors should act at random
+    # each trainer its own replay; ``step(..., self.ddp_group)`` averages gradients
+    data_parallel_trainers = True
+    # 1 while collectors should act at random
+    header_values: ClassVar[tuple[str, ...]] = ("random",)
 
-    def __init__(
-        self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: OffPolicyConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.buffer: ReplayBuffer | FrameReplay | None = None  # made from the first batch's layout
         self.owed = 0.0  # fractional gradient steps carried to the next batch
         self.replay_device = self.device if cfg.replay_device == "trainer" else torch.device("cpu")
         self.trainers = 1 if self.ddp_group is None else dist.get_world_size(self.ddp_group)
-        self.replay_capacity = -(
-            -cfg.buffer_size // self.trainers
-        )  # each trainer holds 1/T of the replay, also once resumed
+        # each trainer holds 1/T of the replay, also once resumed
+        self.replay_capacity = -(-cfg.buffer_size // self.trainers)
 
     def values_for_header(self, frames: int) -> dict[str, float]:
         return {"random": float(frames < self.cfg.learning_starts)}
@@ -116,27 +109,23 @@ class OffPolicyAlgorithm(Algorithm[OffPolicyConfigT, PolicyT]):
             self.buffer.extend(rollout)
         else:
             self.buffer = self.buffer or ReplayBuffer(self.replay_capacity, data[0], *where)
-            self.buffer.extend(
-                data
-            )  # raw observations: each sample is normalised with the statistics of its step
+            # raw observations: each sample is normalised with the statistics of its step
+            self.buffer.extend(data)
         return data
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         for batch in batches:
             data = self._store(batch)
-            if (
-                self.obs_norm is not None
-            ):  # every trainer's frames: one batch each per update, so the collective matches
+            # every trainer's frames: one batch each per update, so the collective matches
+            if self.obs_norm is not None:
                 self.obs_norm.update(data["obs"], self.ddp_group)
-            new = (
-                data.shape[0] * self.trainers
-            )  # every trainer got as many frames: the same count, hence the same steps
+            # every trainer got as many frames: the same count, hence the same steps
+            new = data.shape[0] * self.trainers
             frames += new
             if frames > self.cfg.learning_starts:
                 self.owed += self.cfg.update_to_data * new
-        assert (
-            self.buffer is not None
-        )  # made from the first batch; every update but offline ones' has one
+        # made from the first batch; every update but offline ones' has one
+        assert self.buffer is not None
         metrics: dict[str, torch.Tensor] = {}
         while self.owed >= 1:
             self.owed -= 1

@@ -63,27 +63,23 @@ class PPOConfig(AlgoConfig):
     ent_coef: float = ranged(0.01, NON_NEGATIVE)  # entropy bonus weight
     vf_coef: float = ranged(0.5, NON_NEGATIVE)  # value loss weight
     max_grad_norm: float = ranged(0.5, POSITIVE)  # global gradient-norm clip
-    target_kl: Optional[float] = ranged(
-        None, POSITIVE
-    )  # stop the epochs early past this approximate KL
+    # stop the epochs early past this approximate KL
+    target_kl: Optional[float] = ranged(None, POSITIVE)
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
     # Divide rewards by a running std of the discounted return, per env (gymnasium's
     # NormalizeReward, as CleanRL's ppo_continuous_action.py); sync mode only: it follows each env's
     # rewards in order.
     normalize_reward: bool = False
-    reward_clip: float = ranged(
-        10.0, POSITIVE
-    )  # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
+    # scaled rewards are clipped to [-reward_clip, reward_clip] (CleanRL: 10)
+    reward_clip: float = ranged(10.0, POSITIVE)
     # V-trace targets and advantages (IMPALA; APPO with the clipped objective) in place of GAE,
     # correcting for frames acted with older versions. null: on exactly when they are, with
     # collector.mode=async or collector.pipeline=true.
     vtrace: Optional[bool] = None
-    vtrace_rho_bar: float = ranged(
-        1.0, POSITIVE
-    )  # truncation of the importance ratio in the targets and advantages
-    vtrace_c_bar: float = ranged(
-        1.0, POSITIVE
-    )  # truncation of the ratio in the traces (how far corrections reach back)
+    # truncation of the importance ratio in the targets and advantages
+    vtrace_rho_bar: float = ranged(1.0, POSITIVE)
+    # truncation of the ratio in the traces (how far corrections reach back)
+    vtrace_c_bar: float = ranged(1.0, POSITIVE)
 
 
 class PPOPolicy(Policy):
@@ -220,9 +216,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
     takes_pixels = True
     compiled = ("losses",)
 
-    def __init__(
-        self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         # On images the actor's value head is the critic.
         critic = (
@@ -231,9 +226,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
-        self.foreach = (
-            self.device.type != "meta"
-        )  # one kernel for every gradient's norm; meta (device tests) has none
+        # one kernel for every gradient's norm; meta (device tests) has none
+        self.foreach = self.device.type != "meta"
         self.reward_scaler = (
             RewardScaler(cfg.gamma, cfg.reward_clip).to(self.device)
             if cfg.normalize_reward
@@ -246,11 +240,8 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     def checkpointed(self) -> dict[str, Stateful]:
         scaler = {"reward_scaler": self.reward_scaler} if self.reward_scaler is not None else {}
-        return {
-            "loss": self.loss,
-            "optimizer": self.optimizer,
-            **scaler,
-        }  # the loss module holds actor and critic
+        # the loss module holds actor and critic
+        return {"loss": self.loss, "optimizer": self.optimizer, **scaler}
 
     def losses(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         """The PPO objective and its parts on minibatch ``mb`` (through DDP with several
@@ -275,45 +266,18 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         # The frames' versions may be older than these weights: correct by each action's probability
         # ratio.
         steps_envs = reward.shape  # the actor takes a flat batch
-        logprob = self.policy.log_prob_entropy(obs.flatten(0, 1), rollout["action"].flatten(0, 1))[
-            0
-        ].view(steps_envs)
+        flat_obs, flat_action = obs.flatten(0, 1), rollout["action"].flatten(0, 1)
+        logprob = self.policy.log_prob_entropy(flat_obs, flat_action)[0].view(steps_envs)
         log_ratio = logprob - rollout["logprob"]
-        done, lam, rho_bar, c_bar = (
-            rollout["done"],
-            cfg.gae_lambda,
-            cfg.vtrace_rho_bar,
-            cfg.vtrace_c_bar,
-        )
+        done, lam = rollout["done"], cfg.gae_lambda
+        rho_bar, c_bar = cfg.vtrace_rho_bar, cfg.vtrace_c_bar
         returns, advantages = vtrace(
             log_ratio, reward, values, done, next_value, cfg.gamma, lam, rho_bar, c_bar
         )
         return values, advantages, returns, (log_ratio.exp() > rho_bar).float().mean()
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
-        cfg = self.cfg
-        # The round, moved to the trainer's device once (on a GPU: through pinned memory, without
-        # blocking). torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
-        keys = [
-            "obs",
-            "action",
-            "logprob",
-            "reward",
-            "done",
-            "terminated",
-        ]  # terminated: the reward scaler's episode ends
-        keys += (
-            ["value"] if self.policy.value_head is not None else []
-        )  # recorded while acting, on images
-        frames_of_round = TensorDict(
-            rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
-            next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),
-        )
-        moved = self.to_device.move(frames_of_round)
-        rollout, next_obs = (
-            cast(TensorDict, moved["rollout"]),
-            moved["next_obs"],
-        )  # [T, N], [N, ...]
+        rollout, next_obs = self.round_on_device(batches)  # [T, N], [N, ...]
         obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
         reward = rollout["reward"]
         if self.reward_scaler is not None:
@@ -321,45 +285,86 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         values, advantages, returns, ratio_clipped = self.targets(obs, rollout, reward, next_obs)
 
         flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)
-        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1)).set(
-            "value", values.reshape(-1)
+        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1))
+        flat.set("value", values.reshape(-1))
+        lr = self.set_learning_rate(frames)
+        history = self.epochs(flat)
+
+        # the next version's statistics: every trainer's frames of this round
+        if self.obs_norm is not None:
+            self.obs_norm.update(rollout["obs"], self.ddp_group)
+        return self.round_metrics(history, values, returns, lr, ratio_clipped)
+
+    def round_on_device(self, batches: list[TensorDict]) -> tuple[TensorDict, torch.Tensor]:
+        """The round's fields the update reads (``rollout`` ``[T, N]``, ``next_obs`` ``[N, ...]``),
+        moved to the trainer's device once: on a GPU, through pinned memory, without blocking."""
+        # terminated: the reward scaler's episode ends; value: recorded while acting, on images
+        keys = ["obs", "action", "logprob", "reward", "done", "terminated"]
+        keys += ["value"] if self.policy.value_head is not None else []
+        # torch.cat of TensorDicts dispatches to tensordict's (torch's stub says Tensor).
+        frames_of_round = TensorDict(
+            rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
+            next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),
         )
+        moved = self.to_device.move(frames_of_round)
+        return cast(TensorDict, moved["rollout"]), moved["next_obs"]
+
+    def set_learning_rate(self, frames: int) -> float:
+        """Sets the optimiser's learning rate for a round that starts at ``frames``, and returns it:
+        linearly down to 0 at ``total_frames`` with ``algo.anneal_lr``, else ``algo.lr``."""
+        cfg = self.cfg
         lr = cfg.lr * (1.0 - frames / self.total_frames) if cfg.anneal_lr else cfg.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        return lr
 
+    def epochs(self, flat: TensorDict) -> list[dict[str, torch.Tensor]]:
+        """``algo.update_epochs`` passes over the round's ``flat`` frames in random minibatches, or
+        fewer past ``algo.target_kl``; each step's losses, detached."""
+        cfg = self.cfg
         size = flat.shape[0]
         minibatch = max(size // cfg.num_minibatches, 1)
         history = []
         for _ in range(cfg.update_epochs):
             for idx in torch.randperm(size, device=flat.device).split(minibatch):
-                with self.autocast():
-                    out = self.losses(flat[idx])
-                self.optimizer.zero_grad()
-                out["loss"].backward()
-                nn.utils.clip_grad_norm_(
-                    self.loss.parameters(), cfg.max_grad_norm, foreach=self.foreach
-                )
-                self.optimizer.step()
-                self.gradient_steps += 1
-                history.append({k: v.detach() for k, v in out.items()})
+                history.append(self.minibatch_step(flat[idx]))
             if (
                 cfg.target_kl is not None
                 and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl
             ):
                 # on the trainers' mean KL: each's own minibatch differs, and all must stop together
                 break
+        return history
 
-        if (
-            self.obs_norm is not None
-        ):  # the next version's statistics: every trainer's frames of this round
-            self.obs_norm.update(rollout["obs"], self.ddp_group)
+    def minibatch_step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
+        """One optimiser step on minibatch ``mb``, gradient norm clipped; returns its losses."""
+        with self.autocast():
+            out = self.losses(mb)
+        self.optimizer.zero_grad()
+        out["loss"].backward()
+        nn.utils.clip_grad_norm_(
+            self.loss.parameters(), self.cfg.max_grad_norm, foreach=self.foreach
+        )
+        self.optimizer.step()
+        self.gradient_steps += 1
+        return {k: v.detach() for k, v in out.items()}
 
+    def round_metrics(
+        self,
+        history: list[dict[str, torch.Tensor]],
+        values: torch.Tensor,
+        returns: torch.Tensor,
+        lr: float,
+        ratio_clipped: torch.Tensor,
+    ) -> dict[str, torch.Tensor | float]:
+        """The round's log row: the last step's losses, the clip fraction over every step, how much
+        of the returns' variance the values explain."""
         last = history[-1]  # tensors: read once per log row, not once per update
         var_returns = returns.var()
         explained_var = torch.where(
             var_returns == 0, float("nan"), 1 - (returns - values).var() / var_returns
         )
+        scaler = self.reward_scaler
         return {
             "train/policy_loss": last["policy_loss"],
             "train/value_loss": last["value_loss"],
@@ -368,10 +373,6 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             "train/clipfrac": torch.stack([h["clipfrac"] for h in history]).mean(),
             "train/explained_variance": explained_var,
             "train/lr": lr,
-            **(
-                {"train/return_std": self.reward_scaler.return_stats.var.sqrt()}
-                if self.reward_scaler is not None
-                else {}
-            ),
-            **({"train/vtrace_rho_clipped": ratio_clipped} if cfg.vtrace else {}),
+            **({"train/return_std": scaler.return_stats.var.sqrt()} if scaler is not None else {}),
+            **({"train/vtrace_rho_clipped": ratio_clipped} if self.cfg.vtrace else {}),
         }

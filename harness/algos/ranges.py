@@ -46,5 +46,6 @@ def check_ranges(cfg: Any, prefix: str, owner: str) -> None:
             and (value <= high if high_in else value < high)
         ):
             raise ValueError(
-                f"{prefix}.{f.name}={value:g} is out of range: {owner} needs it {describe_range(*bounds)}"
+                f"{prefix}.{f.name}={value:g} is out of range: {owner} needs it "
+                f"{describe_range(*bounds)}"
             )

@@ -48,9 +48,8 @@ class ReplayBuffer:
         if n > self.capacity:
             batch, n = batch[-self.capacity :], self.capacity
         idx = (self.cursor + torch.arange(n, device=self.storage.device)) % self.capacity
-        self.storage[idx] = batch.to(
-            self.storage.device
-        )  # on a GPU: one copy of the batch, then an index on the device
+        # on a GPU: one copy of the batch, then an index on the device
+        self.storage[idx] = batch.to(self.storage.device)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

@@ -37,9 +37,8 @@ class SACConfig(OffPolicyConfig):
     policy_lr: float = ranged(3e-4, POSITIVE)  # actor Adam learning rate
     q_lr: float = ranged(1e-3, POSITIVE)  # critics' (and alpha's) Adam learning rate
     tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
-    policy_frequency: int = ranged(
-        2, AT_LEAST_ONE
-    )  # actor updates come in bursts of this many, every this many steps
+    # actor updates come in bursts of this many, every this many steps
+    policy_frequency: int = ranged(2, AT_LEAST_ONE)
     alpha: float = ranged(0.2, NON_NEGATIVE)  # entropy weight when not tuned
     autotune: bool = True  # tune alpha towards a target entropy of -action_dims
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
@@ -82,9 +81,8 @@ class SACPolicy(Policy):
     def gaussian(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean and log-std of the Gaussian before the squashing."""
         h = F.relu(self.trunk(obs.flatten(1)))
-        mean = self.mean(
-            h
-        ).float()  # float32 under algo.amp too: log-probabilities need the precision
+        # float32 under algo.amp too: log-probabilities need the precision
+        mean = self.mean(h).float()
         log_std = torch.tanh(self.log_std(h).float())
         return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
 
@@ -125,9 +123,8 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
     Config = SACConfig
     compiled = ("critic_loss",)
 
-    def __init__(
-        self, cfg: SACConfig, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: SACConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.critics = Critics(spec, cfg.hidden).to(self.device)
         self.q_optimizer = adam(self.critics.online.parameters(), lr=cfg.q_lr)
@@ -182,14 +179,12 @@ class SAC(OffPolicyAlgorithm[SACConfig, SACPolicy]):
         step(self.q_optimizer, q_loss, self.ddp_group)
         metrics = critic_metrics(q, q_loss)
 
-        if (
-            self.gradient_steps % cfg.policy_frequency == 0
-        ):  # delayed, then as many steps as were skipped
+        # delayed, then as many steps as were skipped
+        if self.gradient_steps % cfg.policy_frequency == 0:
             for _ in range(cfg.policy_frequency):
                 action, log_prob, _ = self.policy.sample(batch["obs"])
-                q_pi = (
-                    self.critics(batch["obs"], action, frozen=True).min(0).values
-                )  # no gradient for the critics
+                # no gradient for the critics
+                q_pi = self.critics(batch["obs"], action, frozen=True).min(0).values
                 actor_loss = (self.alpha * log_prob - q_pi).mean()
                 step(self.actor_optimizer, actor_loss, self.ddp_group)
                 if cfg.autotune:

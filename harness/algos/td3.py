@@ -33,12 +33,10 @@ class TD3Config(OffPolicyConfig):
     name: str = "td3"
     learning_rate: float = ranged(3e-4, POSITIVE)  # Adam learning rate, actor and critics
     tau: float = ranged(0.005, UNIT)  # target smoothing coefficient
-    policy_frequency: int = ranged(
-        2, AT_LEAST_ONE
-    )  # one actor (and target) update per this many critic updates
-    exploration_noise: float = ranged(
-        0.1, NON_NEGATIVE
-    )  # collectors' Gaussian noise, in units of the action half-range
+    # one actor (and target) update per this many critic updates
+    policy_frequency: int = ranged(2, AT_LEAST_ONE)
+    # collectors' Gaussian noise, in units of the action half-range
+    exploration_noise: float = ranged(0.1, NON_NEGATIVE)
     policy_noise: float = ranged(0.2, NON_NEGATIVE)  # target policy smoothing noise, same units
     noise_clip: float = ranged(0.5, NON_NEGATIVE)  # clip of that noise
     hidden: int = ranged(256, AT_LEAST_ONE)  # width of the two hidden layers
@@ -79,9 +77,8 @@ class TD3(OffPolicyAlgorithm[TD3Config, TD3Policy]):
     Config = TD3Config
     compiled = ("critic_loss",)
 
-    def __init__(
-        self, cfg: TD3Config, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # *args, **kwargs: as Algorithm's
+    def __init__(self, cfg: TD3Config, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.policy_target = copy.deepcopy(self.policy).requires_grad_(False)
         self.critics = Critics(spec, cfg.hidden).to(self.device)

@@ -21,12 +21,10 @@ class _Slot:
 
     def __init__(self, cuda: bool):
         self.staging: TensorDictBase | None = None
-        self.pairs: list[
-            tuple[torch.Tensor, torch.Tensor]
-        ] = []  # (storage leaf, staging leaf) for sample()
-        self.storage: TensorDictBase | None = (
-            None  # whose leaves ``pairs`` holds; None: a move()'s layout
-        )
+        # (storage leaf, staging leaf) for sample()
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # whose leaves ``pairs`` holds; None: a move()'s layout
+        self.storage: TensorDictBase | None = None
         self.moved = torch.cuda.Event() if cuda else None
 
     def reusable(self) -> None:

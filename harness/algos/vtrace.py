@@ -47,9 +47,8 @@ def vtrace(
     ratio = log_ratio.exp()
     rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
     nonterminal = 1.0 - done.float()
-    following = torch.cat(
-        [value[1:], next_value.unsqueeze(0)]
-    )  # V(x_{t+1}), before masking episode ends
+    # V(x_{t+1}), before masking episode ends
+    following = torch.cat([value[1:], next_value.unsqueeze(0)])
     delta = rho * (reward + gamma * nonterminal * following - value)
     correction = torch.zeros_like(reward)  # v_s - V(x_s)
     last = torch.zeros_like(next_value)
@@ -57,8 +56,7 @@ def vtrace(
         last = delta[t] + gamma * c[t] * nonterminal[t] * last
         correction[t] = last
     targets = value + correction
-    next_targets = torch.cat(
-        [targets[1:], next_value.unsqueeze(0)]
-    )  # v_{s+1}; past the segment, V bootstraps
+    # v_{s+1}; past the segment, V bootstraps
+    next_targets = torch.cat([targets[1:], next_value.unsqueeze(0)])
     advantage = rho * (reward + gamma * nonterminal * next_targets - value)
     return targets, advantage

@@ -17,13 +17,11 @@ class CollectorConfig:
     # sync mode: collect round r+1 with version r while the trainer learns on round r (lag exactly
     # 1)
     pipeline: bool = False
-    max_policy_lag: int = (
-        4  # async mode: frames older than this many versions when the trainer gets them are dropped
-    )
+    # async mode: frames older than this many versions when the trainer gets them are dropped
+    max_policy_lag: int = 4
     num_envs: int = 4  # envs per collector rank, stepped in one gymnasium SyncVectorEnv
-    frames_per_batch: int = (
-        256  # frames per collector per batch (a round in sync mode); a multiple of num_envs
-    )
+    # frames per collector per batch (a round in sync mode); a multiple of num_envs
+    frames_per_batch: int = 256
     total_frames: int = 500_000  # the run ends once trainers have learned from this many env frames
     device: str = "auto"  # auto: cpu, or a GPU per collector with sync=nccl
     threads: str = "auto"  # auto: OMP_NUM_THREADS if set, else one per collector
@@ -33,9 +31,8 @@ class CollectorConfig:
     # an observation of the wrong shape or dtype, or with a NaN or inf, is an env failure (as
     # raising is)
     check_obs: bool = True
-    env_step_timeout_s: float = (
-        60.0  # a step that lasts longer ends the collector, naming the env; 0: no bound
-    )
+    # a step that lasts longer ends the collector, naming the env; 0: no bound
+    env_step_timeout_s: float = 60.0
     # >0: each collector rank runs its envs in a worker process that it replaces, up to this many
     # times, when the worker dies (a crash, a kill, the OOM killer) or stalls (watchdog_s), while
     # the job goes on (docs/runs_that_last.md). 0: a collector's death ends the job (torchrun
@@ -48,20 +45,23 @@ class CollectorConfig:
         check_placement("collector", self.device, self.threads)
         if self.max_env_restarts < 0:
             raise ValueError(
-                f"collector.max_env_restarts must be >= 0 (0: an env error ends the run), got {self.max_env_restarts}"
+                "collector.max_env_restarts must be >= 0 (0: an env error ends the run), got "
+                f"{self.max_env_restarts}"
             )
         if self.env_step_timeout_s < 0:
             raise ValueError(
-                f"collector.env_step_timeout_s={self.env_step_timeout_s}: the seconds an env step may last must be >= 0 "
-                "(0: no bound)"
+                f"collector.env_step_timeout_s={self.env_step_timeout_s}: the seconds an env step "
+                "may last must be >= 0 (0: no bound)"
             )
         if self.max_restarts < 0:
             raise ValueError(
-                f"collector.max_restarts must be >= 0 (0: a collector's death ends the job), got {self.max_restarts}"
+                "collector.max_restarts must be >= 0 (0: a collector's death ends the job), "
+                f"got {self.max_restarts}"
             )
         if self.watchdog_s <= 0:
             raise ValueError(
-                f"collector.watchdog_s={self.watchdog_s}: the seconds a worker may go without an env step must be > 0"
+                f"collector.watchdog_s={self.watchdog_s}: the seconds a worker may go without "
+                "an env step must be > 0"
             )
         if self.mode not in ("sync", "async"):
             raise ValueError(
@@ -69,7 +69,8 @@ class CollectorConfig:
             )
         if self.pipeline and self.mode != "sync":
             raise ValueError(
-                "collector.pipeline=true is a sync-mode option; async mode overlaps collection anyway"
+                "collector.pipeline=true is a sync-mode option; async mode "
+                "overlaps collection anyway"
             )
         if self.max_policy_lag < 0:
             raise ValueError(f"collector.max_policy_lag must be >= 0, got {self.max_policy_lag}")
@@ -86,5 +87,6 @@ class CollectorConfig:
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"collector.frames_per_batch={self.frames_per_batch} is not a multiple of "
-                f"collector.num_envs={self.num_envs}: every env must take the same number of steps per batch"
+                f"collector.num_envs={self.num_envs}: every env must take the same "
+                "number of steps per batch"
             )

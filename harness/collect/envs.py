@@ -44,7 +44,8 @@ def check_env_id(env_id: str) -> None:
         spec = gym.spec(name)
     except gym.error.Error as e:
         raise ValueError(
-            f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick one of conf/env/*.yaml."
+            f"env.id={env_id!r} is not a registered gymnasium env ({e}). Pick "
+            "one of conf/env/*.yaml."
         ) from e
     for entry_point, (module, what, hint) in EXTRAS.items():
         if entry_point in str(spec.entry_point):
@@ -52,7 +53,8 @@ def check_env_id(env_id: str) -> None:
                 __import__(module)  # only probing that the extra is installed
             except ImportError as e:
                 raise ValueError(
-                    f"env.id={env_id!r} needs {what}, which is not installed. Install the extra: {hint}"
+                    f"env.id={env_id!r} needs {what}, which is not installed. "
+                    f"Install the extra: {hint}"
                 ) from e
 
 
@@ -118,7 +120,8 @@ class RestartingEnv(gym.Wrapper):
         self.broken = False
 
     def describe(self) -> str:
-        return f"env {self.env_id} (seed {self.seed}, index {self.index}, step {self.steps} of its episode)"
+        where = f"seed {self.seed}, index {self.index}, step {self.steps} of its episode"
+        return f"env {self.env_id} ({where})"
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
         if seed is not None:
@@ -154,9 +157,8 @@ class RestartingEnv(gym.Wrapper):
                 and (problem := observation_problem(obs, self.space)) is not None
             ):
                 raise BadObservation(f"returned {problem} (collector.check_obs)")
-        except (
-            Exception
-        ) as e:  # any failure of the env's own code, or an observation that does not fit
+        # any failure of the env's own code, or an observation that does not fit
+        except Exception as e:
             if watch is not None:
                 watch.current = None
             self._failed(e)
@@ -181,8 +183,8 @@ class RestartingEnv(gym.Wrapper):
         if self.restarts > self.max_restarts:
             verb = "broke" if isinstance(e, BadObservation) else "raised"
             raise RuntimeError(
-                f"{self.describe()} {verb} {self.restarts} times, more than collector.max_env_restarts="
-                f"{self.max_restarts}; the last time it {what}"
+                f"{self.describe()} {verb} {self.restarts} times, more than "
+                f"collector.max_env_restarts={self.max_restarts}; the last time it {what}"
             ) from e
         log.warning(
             "%s %s; making it again (restart %d of at most %d)",
@@ -233,12 +235,11 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
     obs_shape = tuple(obs_space.shape)
     if len(obs_shape) == 3 and obs_space.dtype != np.uint8:
         raise ValueError(
-            f"image observations {obs_shape} of dtype {obs_space.dtype}: the harness takes images as uint8, channels first "
-            "(harness/collect/pixels.py has wrappers that make them so)"
+            f"image observations {obs_shape} of dtype {obs_space.dtype}: the harness takes images "
+            "as uint8, channels first (harness/collect/pixels.py has wrappers that make them so)"
         )
-    obs_dtype = (
-        "uint8" if len(obs_shape) == 3 else "float32"
-    )  # images stay bytes; state vectors are stored as float32
+    # images stay bytes; state vectors are stored as float32
+    obs_dtype = "uint8" if len(obs_shape) == 3 else "float32"
     if isinstance(act_space, gym.spaces.Discrete):
         return EnvSpec(obs_shape, True, (), int(act_space.n), obs_dtype=obs_dtype)
     if isinstance(act_space, gym.spaces.Box):

@@ -103,9 +103,8 @@ def evaluate(
     low_high = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     while not finished.all():
         if frames is not None and not finished[0]:
-            frames.append(
-                cast(np.ndarray, envs.envs[0].render())
-            )  # render_mode rgb_array: one array
+            # render_mode rgb_array: one array
+            frames.append(cast(np.ndarray, envs.envs[0].render()))
         action = policy.act(obs, values, deterministic=True)["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)

@@ -136,9 +136,8 @@ def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
     if training:
         env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        env = FireReset(
-            env
-        )  # in training after each lost life too; in evaluation, at the game's start
+        # in training after each lost life too; in evaluation, at the game's start
+        env = FireReset(env)
     if training:
         env = gym.wrappers.TransformReward(env, lambda reward: float(np.sign(float(reward))))
     return gym.wrappers.FrameStackObservation(env, 4)

@@ -2,23 +2,21 @@
 
 A batch is one message of the data channel:
 
-- ``rollout`` ``[T, N]``: ``obs`` (as the env returned it, also when the
-  algorithm normalises observations: the trainer does that), the policy's outputs (``action``, ...),
-  ``reward``, ``terminated``, ``truncated``, ``done`` and the
-  ``policy_version`` that chose each action;
+- ``rollout`` ``[T, N]``: ``obs`` (as the env returned it, also when the algorithm normalises
+  observations: the trainer does that), the policy's outputs (``action``, ...), ``reward``,
+  ``terminated``, ``truncated``, ``done`` and the ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
-- ``stats``: episodes finished in this batch with the sum of their returns and
-  lengths; evaluation episodes run since the last batch; envs that failed
-  (raised, or returned an observation that does not fit) and were made again (:class:`harness.collect.envs.RestartingEnv`: their
-  broken episode ends as a truncation and is not counted); ``preempt`` (1 when
-  the collector got SIGTERM/SIGUSR1); ``last`` (1 on the collector's final
-  message, which carries no frames); ``collect_s``, the seconds this batch's
-  steps took, and ``wait_s``, the seconds the collector waited before them
-  (for the trainer to take its previous batch, or for the next version);
-  ``collector_restarts`` and ``frames_lost``: worker processes of this
-  collector replaced since its previous batch, and the frames their
-  unfinished batches held (:mod:`harness.roles.supervisor`); ``joined``: 1
-  on the batches of a collector that joined the running job (:mod:`harness.cli.join`).
+- ``stats``: episodes finished in this batch with the sum of their returns and lengths; evaluation
+  episodes run since the last batch; envs that failed (raised, or returned an observation that does
+  not fit) and were made again (:class:`harness.collect.envs.RestartingEnv`: their broken episode
+  ends as a truncation and is not counted); ``preempt`` (1 when the collector got
+  SIGTERM/SIGUSR1); ``last`` (1 on the collector's final message, which carries no frames);
+  ``collect_s``, the seconds this batch's steps took, and ``wait_s``, the seconds the collector
+  waited before them (for the trainer to take its previous batch, or for the next version);
+  ``collector_restarts`` and ``frames_lost``: worker processes of this collector replaced since
+  its previous batch, and the frames their unfinished batches held
+  (:mod:`harness.roles.supervisor`); ``joined``: 1 on the batches of a collector that joined the
+  running job (:mod:`harness.cli.join`).
 """
 
 from __future__ import annotations
@@ -66,9 +64,8 @@ def batch_template(
     fields), so the layout is known on both ends before any frame exists.
     ``next_obs``: also store each frame's next observation (the true final
     one at an episode's end), as replay-based algorithms need."""
-    obs = torch.zeros(
-        num_envs, *obs_shape, dtype=getattr(torch, obs_dtype)
-    )  # images stay uint8 up to the trainer's network
+    # images stay uint8 up to the trainer's network
+    obs = torch.zeros(num_envs, *obs_shape, dtype=getattr(torch, obs_dtype))
     with torch.no_grad():
         out = policy.act(obs)
     frame = out.clone().update(
@@ -110,13 +107,13 @@ class RolloutCollector:
         self.num_envs = envs.num_envs
         if frames_per_batch % self.num_envs:
             raise ValueError(
-                f"collector.frames_per_batch={frames_per_batch} must be a multiple of collector.num_envs={self.num_envs}"
+                f"collector.frames_per_batch={frames_per_batch} must be a multiple of "
+                f"collector.num_envs={self.num_envs}"
             )
         self.steps = frames_per_batch // self.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
-        assert (
-            obs_space.shape is not None
-        )  # a Box: spec_of refuses other observation spaces at start-up
+        # a Box: spec_of refuses other observation spaces at start-up
+        assert obs_space.shape is not None
         self.batch = batch_template(
             policy, obs_space.shape, self.steps, self.num_envs, next_obs, spec_of(envs).obs_dtype
         )
@@ -140,9 +137,8 @@ class RolloutCollector:
         self.clip = (
             (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
         )
-        self.games = reports_games(
-            envs
-        )  # Atari: count whole games (raw returns), not the learner's episodes
+        # Atari: count whole games (raw returns), not the learner's episodes
+        self.games = reports_games(envs)
         # A supervised worker's heartbeat (harness.roles.supervisor): [when it last stepped (0: not
         # stepping), frames stepped since its supervisor last took a batch]
         self.heartbeat: np.ndarray | None = None
@@ -179,9 +175,8 @@ class RolloutCollector:
             out = act(self.obs, header.values)
             env_action = out["action"].numpy()
             if self.clip is not None:
-                env_action = np.clip(
-                    env_action, *self.clip
-                )  # store the sample, step the env with a legal action
+                # store the sample, step the env with a legal action
+                env_action = np.clip(env_action, *self.clip)
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
             steps.append((self.obs_array, out, obs, reward, terminated, truncated))
             versions.append(header.version)
@@ -249,9 +244,8 @@ class RolloutCollector:
         summed step by step from the previous batch's carry, and the totals
         step by step, in the order an accumulator updated at every step
         would add them: the same bits."""
-        ended: dict[
-            int, list[tuple[int, float, int]]
-        ] = {}  # step -> (env, return, length) of the episodes it ended
+        # step -> (env, return, length) of the episodes it ended
+        ended: dict[int, list[tuple[int, float, int]]] = {}
         for i in range(self.num_envs):
             start, carry, length = 0, self.episode_return[i], int(self.episode_length[i])
             for t in np.flatnonzero(ends[:, i]).tolist():

@@ -56,8 +56,9 @@ class StepWatchdog:
         rank = os.environ.get("RANK", "0")
         message = (
             f"\ncollector rank {rank} (pid {os.getpid()}): {what} has not returned after "
-            f"collector.env_step_timeout_s={self.timeout_s:g} s: the env hangs. This collector stops (a hung step "
-            "cannot be taken back); fix the env, or raise collector.env_step_timeout_s if its steps are that slow\n"
+            f"collector.env_step_timeout_s={self.timeout_s:g} s: the env hangs. This collector "
+            "stops (a hung step cannot be taken back); fix the env, or raise "
+            "collector.env_step_timeout_s if its steps are that slow\n"
         )
         os.write(2, message.encode())
         os._exit(HUNG_EXIT)

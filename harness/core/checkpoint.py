@@ -34,9 +34,8 @@ log = logging.getLogger(__name__)
 class CheckpointConfig:
     """When trainer 0 writes checkpoints, and how many it keeps."""
 
-    every_frames: int = (
-        100_000  # write one each time this many more frames were learned from; 0: only at the end
-    )
+    # write one each time this many more frames were learned from; 0: only at the end
+    every_frames: int = 100_000
     keep: int = 3  # newest checkpoints kept; older ones are deleted
     resume: bool = True  # start from the newest valid checkpoint in run_dir, if there is one
     # a used run_dir: move its files into <run_dir>/previous-<time>/ and start a new run there
@@ -55,24 +54,25 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.keep < 1:
             raise ValueError(
-                f"checkpoint.every_frames must be >= 0 and checkpoint.keep >= 1; got {self.every_frames}, {self.keep}"
+                "checkpoint.every_frames must be >= 0 and checkpoint.keep >= 1; got "
+                f"{self.every_frames}, {self.keep}"
             )
         unknown = sorted(set(self.init_with) - set(INIT_WITH))
         if unknown:
             raise ValueError(
-                f"checkpoint.init_with={list(self.init_with)}: {unknown} unknown; choose from {list(INIT_WITH)}"
+                f"checkpoint.init_with={list(self.init_with)}: {unknown} unknown; choose "
+                f"from {list(INIT_WITH)}"
             )
         if self.init_from is not None and not holds_a_checkpoint(Path(self.init_from)):
             raise ValueError(
-                f"checkpoint.init_from={self.init_from}: no checkpoint there. Name a checkpoint directory "
-                "(<run dir>/checkpoints/step-*) or a run directory that holds some (its newest intact one is used)"
+                f"checkpoint.init_from={self.init_from}: no checkpoint there. Name a checkpoint "
+                "directory (<run dir>/checkpoints/step-*) or a run directory that holds some (its "
+                "newest intact one is used)"
             )
 
 
-INIT_WITH = (
-    "normalizer",
-    "optimizer",
-)  # checkpoint.init_with's choices: what may come along with the weights
+# checkpoint.init_with's choices: what may come along with the weights
+INIT_WITH = ("normalizer", "optimizer")
 
 
 def holds_a_checkpoint(path: Path) -> bool:
@@ -127,8 +127,9 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     bad = non_finite(state.get("algo", {}))
     if bad:
         raise CheckpointError(
-            f"at step {meta['step']} the training state is not finite ({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}): "
-            f"the run diverged, so no checkpoint was written. Resume from the last good one in {checkpoint_dir(run_dir)} "
+            f"at step {meta['step']} the training state is not finite "
+            f"({', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}): the run diverged, so no "
+            f"checkpoint was written. Resume from the last good one in {checkpoint_dir(run_dir)} "
             "with a lower learning rate, or look at the metrics before this step"
         )
     root = checkpoint_dir(run_dir)
@@ -136,9 +137,8 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
     final = root / f"step-{meta['step']:012d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    free = shutil.disk_usage(
-        root
-    ).free  # before: a failed write's file may hold its space until torch lets it go
+    # before: a failed write's file may hold its space until torch lets it go
+    free = shutil.disk_usage(root).free
     try:
         tmp.mkdir()
         torch.save(state, tmp / "state.pt")
@@ -147,13 +147,10 @@ def save(run_dir: Path, state: dict, meta: dict, keep: int) -> Path:
         for f in tmp.iterdir():  # durable before it becomes visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    except (
-        OSError,
-        RuntimeError,
-    ) as e:  # torch.save reports a failed write as a RuntimeError of its stream
-        shutil.rmtree(
-            tmp, ignore_errors=True
-        )  # no partial checkpoint left behind; the earlier ones stay
+    # torch.save reports a failed write as a RuntimeError of its stream
+    except (OSError, RuntimeError) as e:
+        # no partial checkpoint left behind; the earlier ones stay
+        shutil.rmtree(tmp, ignore_errors=True)
         raise write_error(final, state_bytes(state), free, e) from e
     if final.exists():  # the same frame count again (a resumed run's final save)
         shutil.rmtree(final)
@@ -184,13 +181,15 @@ def write_error(final: Path, needed: int, free: int, cause: BaseException) -> Ch
     kept = ", ".join(p.name for p in sorted(root.glob("step-*"))) or "none yet"
     if getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or needed >= free:
         return CheckpointError(
-            f"checkpoint {final} cannot be written: the disk is full (about {needed:,} bytes needed, "
-            f"{free:,} bytes free in {root}). The partial file was removed and the run's earlier checkpoints are kept ({kept}). "
-            "Free space there, or keep fewer (checkpoint.keep), then resume with the same command"
+            f"checkpoint {final} cannot be written: the disk is full (about {needed:,} bytes "
+            f"needed, {free:,} bytes free in {root}). The partial file was removed and the run's "
+            f"earlier checkpoints are kept ({kept}). Free space there, or keep fewer "
+            "(checkpoint.keep), then resume with the same command"
         )
     return CheckpointError(
-        f"checkpoint {final} cannot be written ({type(cause).__name__}: {cause}). The partial file was removed and "
-        f"the run's earlier checkpoints are kept ({kept}). Fix the cause, then resume with the same command"
+        f"checkpoint {final} cannot be written ({type(cause).__name__}: {cause}). The partial file "
+        f"was removed and the run's earlier checkpoints are kept ({kept}). Fix the cause, then "
+        "resume with the same command"
     )
 
 
@@ -239,8 +238,8 @@ def newest_readable(run_dir: Path, fix: str) -> tuple[dict, dict, Path] | None:
         return state, meta, path
     if paths:
         raise CheckpointError(
-            f"none of the checkpoints in {checkpoint_dir(run_dir)} can be read ({', '.join(p.name for p in paths)}; "
-            f"the warnings above say why). {fix}"
+            f"none of the checkpoints in {checkpoint_dir(run_dir)} can be read "
+            f"({', '.join(p.name for p in paths)}; the warnings above say why). {fix}"
         )
     return None
 
@@ -250,14 +249,16 @@ def load_latest(run_dir: Path, algo: str, env_id: str) -> tuple[dict, dict, Path
     (:func:`newest_readable`); one from another algorithm or env is refused."""
     fix = (
         "Nothing was changed: use another run_dir= to start a new run, or "
-        "checkpoint.start_over=true to move this run's files aside and start over in the same directory"
+        "checkpoint.start_over=true to move this run's files aside and start "
+        "over in the same directory"
     )
     found = newest_readable(run_dir, fix)
     if found is not None and (found[1].get("algo"), found[1].get("env")) != (algo, env_id):
         meta, path = found[1], found[2]
         raise CheckpointMismatchError(
-            f"checkpoint {path} is from algo={meta.get('algo')} env={meta.get('env')}, but this run is "
-            f"algo={algo} env={env_id}. Use another run_dir=, or checkpoint.resume=false to ignore it."
+            f"checkpoint {path} is from algo={meta.get('algo')} env={meta.get('env')}, but this "
+            f"run is algo={algo} env={env_id}. Use another run_dir=, or "
+            "checkpoint.resume=false to ignore it."
         )
     return found
 
@@ -271,8 +272,8 @@ def load_init(init_from: str) -> tuple[dict, dict, Path]:
             state, meta = read(where)
         except Exception as e:  # unreadable: said, with the way out
             raise CheckpointError(
-                f"checkpoint.init_from={init_from} cannot be read ({type(e).__name__}: {e}). Name another of "
-                f"{where.parent}, or the run directory for its newest intact one"
+                f"checkpoint.init_from={init_from} cannot be read ({type(e).__name__}: {e}). Name "
+                f"another of {where.parent}, or the run directory for its newest intact one"
             ) from e
         return state, meta, where.resolve()
     found = newest_readable(

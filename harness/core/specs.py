@@ -21,9 +21,8 @@ class EnvSpec:
     num_actions: int  # discrete: number of actions; continuous: action dims
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
-    obs_dtype: str = (
-        "float32"  # as collectors store and send observations: float32, or uint8 for images
-    )
+    # as collectors store and send observations: float32, or uint8 for images
+    obs_dtype: str = "float32"
 
     @property
     def obs_dim(self) -> int:

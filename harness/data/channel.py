@@ -98,15 +98,14 @@ class BatchSender:
         wait = Wait(self.timeout_s, "dist_timeout_s")
         try:
             work = dist.isend(self._buffer(batch), dst=self.trainer, group=self.group)
-            assert (
-                work is not None
-            )  # None only on a rank outside the group; every rank is in the data channel's
+            # None only on a rank outside the group; every rank is in the data channel's
+            assert work is not None
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
             raise ChannelError(
-                f"rank {self.rank} (collector) could not hand a batch to trainer rank {self.trainer}: "
-                f"{wait.ended(e, 'the trainer')}. See its log{wait.advice('it is only stalled')}. "
-                f"Cause: {e}"
+                f"rank {self.rank} (collector) could not hand a batch to trainer rank "
+                f"{self.trainer}: {wait.ended(e, 'the trainer')}. See its "
+                f"log{wait.advice('it is only stalled')}. Cause: {e}"
             ) from e
 
     def send_last(self, batch: TensorDict) -> None:
@@ -131,9 +130,8 @@ class BatchReceiver:
         check_schema(
             schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch"
         )
-        self.buffers = {
-            c: pack(template.clone()) for c in collectors
-        }  # sync mode: one per collector
+        # sync mode: one per collector
+        self.buffers = {c: pack(template.clone()) for c in collectors}
         self.any_buffer = pack(template.clone())  # async mode: whoever comes first
         self.wires = {c: buffer_of(b) for c, b in self.buffers.items()}  # their bytes, what arrives
         self.any_wire = buffer_of(self.any_buffer)
@@ -145,8 +143,8 @@ class BatchReceiver:
         gone."""
         return ChannelError(
             f"rank {self.rank} (trainer) got no batch from collector rank {c}: "
-            f"{wait.ended(cause, 'that collector')}. See its log{wait.advice('it is only stalled')}. "
-            f"Cause: {cause}"
+            f"{wait.ended(cause, 'that collector')}. See its "
+            f"log{wait.advice('it is only stalled')}. Cause: {cause}"
         )
 
     def _seen(self, c: int, batch: TensorDict) -> TensorDict:
@@ -187,9 +185,8 @@ class BatchReceiver:
             if c not in self.finished and time.monotonic() - self.last_seen[c] > self.timeout_s
         ]
         if silent:
-            since = Wait(
-                self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]]
-            )  # its last batch
+            # its last batch
+            since = Wait(self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]])
             raise self._error(silent[0], "the other collectors kept sending", since)
         wait = Wait(self.timeout_s, "dist_timeout_s")
         try:

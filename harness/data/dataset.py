@@ -80,7 +80,8 @@ def _shape(path: Path, layout: dict, key: str | None) -> tuple[int, ...]:
         isinstance(shape, list) and shape and all(isinstance(d, int) and d >= 0 for d in shape)
     ):
         raise DatasetError(
-            f"{path}/data/meta.json gives {key or 'the batch'} the shape {shape!r}: write the dataset again"
+            f"{path}/data/meta.json gives {key or 'the batch'} the shape {shape!r}: "
+            "write the dataset again"
         )
     return tuple(shape)
 
@@ -112,9 +113,10 @@ def check_sizes(path: Path, meta: Meta) -> None:
         size = file.stat().st_size if file.exists() else 0
         if size != expected:
             raise DatasetError(
-                f"{file} holds {size:,} bytes, but {expected:,} are expected ({meta.transitions} transitions of "
-                f"{shape[1:]} {name.removeprefix('torch.')}, as meta.json and data/meta.json say): it was cut "
-                "short or written over. Nothing was changed; write the dataset again (python -m harness.cli.dataset)"
+                f"{file} holds {size:,} bytes, but {expected:,} are expected ({meta.transitions} "
+                f"transitions of {shape[1:]} {name.removeprefix('torch.')}, as meta.json and "
+                "data/meta.json say): it was cut short or written over. Nothing was changed; write "
+                "the dataset again (python -m harness.cli.dataset)"
             )
 
 
@@ -135,9 +137,10 @@ def refuse_non_tensors(path: Path) -> None:
         elif file.suffix == ".memmap":
             continue
         raise DatasetError(
-            f"dataset {path} holds {file.relative_to(path)}, which is not a tensor (a pickled field, or a class to "
-            "import). The harness never unpickles a dataset, since that can run code: write the dataset again "
-            "with python -m harness.cli.dataset, from tensors only"
+            f"dataset {path} holds {file.relative_to(path)}, which is not a tensor "
+            "(a pickled field, or a class to import). The harness never unpickles a dataset, "
+            "since that can run code: write the dataset again with python -m harness.cli.dataset, "
+            "from tensors only"
         )
 
 
@@ -174,8 +177,8 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
     if not path.exists():
         raise DatasetError(
             f"dataset {path} does not exist (nothing is downloaded). Write one with "
-            f"`python -m harness.cli.dataset env=<env> out={path}` (docs/offline.md), or pass dataset=minari:<id> "
-            "for a Minari dataset already on this machine"
+            f"`python -m harness.cli.dataset env=<env> out={path}` (docs/offline.md), "
+            "or pass dataset=minari:<id> for a Minari dataset already on this machine"
         )
     if not (path / "meta.json").exists():
         raise DatasetError(

@@ -50,9 +50,8 @@ def pair_group(store: dist.Store, number: int, rank: int, timeout_s: float) -> d
     group = dist.ProcessGroupGloo(
         dist.PrefixStore(f"{number}/group", store), rank, 2, timedelta(seconds=timeout_s)
     )
-    return cast(
-        dist.ProcessGroup, group
-    )  # a ProcessGroup's point-to-point calls, which the stubs give the base only
+    # a ProcessGroup's point-to-point calls, which the stubs give the base only
+    return cast(dist.ProcessGroup, group)
 
 
 class JoinDesk:
@@ -69,14 +68,12 @@ class JoinDesk:
         desk)."""
         self.store, self.template, self.timeout_s, self.server = store, template, timeout_s, server
         self.seen = 0  # joiners that took a number
-        self.waiting: list[
-            int
-        ] = []  # those that have not said hello yet (they make their envs first)
+        # those that have not said hello yet (they make their envs first)
+        self.waiting: list[int] = []
         self.looked_at = -LOOK_S  # when the store was last asked for newcomers
         self.ready: queue.Queue[tuple[threading.Event, TensorDict]] = queue.Queue()
-        self.taken: threading.Event | None = (
-            None  # the batch handed out last: its thread waits to receive the next
-        )
+        # the batch handed out last: its thread waits to receive the next
+        self.taken: threading.Event | None = None
         self.threads: dict[int, threading.Thread] = {}
 
     def poll(self) -> TensorDict | None:
@@ -85,9 +82,8 @@ class JoinDesk:
             # the last one was used: its collector's next batch may land in its buffer
             self.taken.set()
             self.taken = None
-        if (
-            time.monotonic() - self.looked_at > LOOK_S
-        ):  # a round trip to the store: not before every batch
+        # a round trip to the store: not before every batch
+        if time.monotonic() - self.looked_at > LOOK_S:
             self.looked_at = time.monotonic()
             if (count := int(self.store.add(COUNT, 0))) > self.seen:
                 self.waiting += range(self.seen + 1, count + 1)
@@ -134,9 +130,8 @@ class JoinDesk:
                 used = threading.Event()
                 self.ready.put((used, batch))
                 used.wait()
-        except (
-            RuntimeError
-        ) as e:  # it died, or fell silent for the timeout: it costs its own frames only
+        # it died, or fell silent for the timeout: it costs its own frames only
+        except RuntimeError as e:
             log.warning("%s dropped: %s", who, str(e).splitlines()[0])
 
     def close(self) -> None:
@@ -162,9 +157,8 @@ class JoinedSender:
         """Returns once the trainer took ``batch``; ``while_waiting`` is called meanwhile (async
         mode: the weights)."""
         batch["stats", "joined"].fill_(1)
-        batch[
-            "stats", "preempt"
-        ].zero_()  # its SIGTERM means: this collector leaves, not: the job stops
+        # its SIGTERM means: this collector leaves, not: the job stops
+        batch["stats", "preempt"].zero_()
         send_while(lambda: self._send(batch), while_waiting)
 
     def _send(self, batch: TensorDict) -> None:

@@ -29,9 +29,10 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
     where = get_dataset_path(dataset_id)
     if not (where / "data").exists():
         raise DatasetError(
-            f"Minari dataset {dataset_id!r} is not on this machine (looked in {where}; nothing is downloaded). "
-            f"On a machine with network access run `minari download {dataset_id}` and copy the directory here "
-            "(or point MINARI_DATASETS_PATH at it), or write a dataset with `python -m harness.cli.dataset`"
+            f"Minari dataset {dataset_id!r} is not on this machine (looked in {where}; nothing is "
+            f"downloaded). On a machine with network access run `minari download {dataset_id}` and "
+            "copy the directory here (or point MINARI_DATASETS_PATH at it), or write a dataset "
+            "with `python -m harness.cli.dataset`"
         )
     dataset = minari.load_dataset(dataset_id)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in FIELDS}
@@ -39,7 +40,8 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
     for episode in dataset.iterate_episodes():
         if not isinstance(episode.observations, np.ndarray):
             raise DatasetError(
-                f"Minari dataset {dataset_id!r} has structured observations; only Box observations are supported"
+                f"Minari dataset {dataset_id!r} has structured observations; only Box "
+                "observations are supported"
             )
         parts["obs"].append(episode.observations[:-1])
         parts["next_obs"].append(episode.observations[1:])

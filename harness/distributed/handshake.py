@@ -52,7 +52,8 @@ def check_schema(
     if not int(ok):
         raise SchemaMismatchError(
             f"{who}: the {what} schema differs from rank {root}'s; first difference: "
-            f"{first_difference(lines, theirs)}. Both ends must run the same algo, env and model config."
+            f"{first_difference(lines, theirs)}. Both ends must run the same "
+            "algo, env and model config."
         )
     raise SchemaMismatchError(
         f"{who}: ranks {bad} disagree with rank {root} on the {what} schema (each of them "

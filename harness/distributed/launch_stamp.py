@@ -79,7 +79,8 @@ def _from_store(host: str, port: int, mine: str) -> str:
         return store.compare_set(STORE_KEY, "", mine).decode()
     except (RuntimeError, dist.DistError) as e:
         raise RuntimeError(
-            f"could not reach torchrun's store at {host}:{port} within {STORE_TIMEOUT_S:g} s to agree on the launch's "
-            f"time stamp (it names the run and sweep directories): is the torchrun agent still running? "
-            f"Set {STAMP_ENV}=<YYYYmmdd-HHMMSS> to name the launch yourself. Cause: {e}"
+            f"could not reach torchrun's store at {host}:{port} within {STORE_TIMEOUT_S:g} s to "
+            "agree on the launch's time stamp (it names the run and sweep directories): is the "
+            f"torchrun agent still running? Set {STAMP_ENV}=<YYYYmmdd-HHMMSS> to name the "
+            f"launch yourself. Cause: {e}"
         ) from e

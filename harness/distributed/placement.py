@@ -28,10 +28,8 @@ from harness.distributed.topology import Layout
 
 AUTO = "auto"
 ALL = "all"  # trainer.threads: every core of the node, shared by its trainers
-THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-)  # what torch's own thread count follows, in this order
+# what torch's own thread count follows, in this order
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def check_placement(section: str, device: str, threads: str) -> None:
@@ -39,12 +37,12 @@ def check_placement(section: str, device: str, threads: str) -> None:
     loads."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"{section}.device={device!r}: choose auto, cpu or cuda")
-    named = (
-        (AUTO, ALL) if section == "trainer" else (AUTO,)
-    )  # a collector's envs step on one thread each
+    # a collector's envs step on one thread each
+    named = (AUTO, ALL) if section == "trainer" else (AUTO,)
     if threads not in named and not (threads.isdigit() and int(threads) >= 1):
         raise ValueError(
-            f"{section}.threads={threads!r}: choose {' or '.join(named)} or a number of threads >= 1"
+            f"{section}.threads={threads!r}: choose {' or '.join(named)} or a "
+            "number of threads >= 1"
         )
 
 
@@ -64,7 +62,8 @@ class Placement:
 
     def describe(self) -> str:
         source = f" ({self.threads_from})" if self.threads_from else ""
-        return f"rank {self.rank} {self.role}: {self.device}, {self.threads} thread{'s' * (self.threads != 1)}{source}"
+        threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
+        return f"rank {self.rank} {self.role}: {self.device}, {threads}{source}"
 
     @property
     def cuda_device(self) -> Optional[torch.device]:
@@ -105,16 +104,17 @@ def check_devices(
         return
     if collector_device == "cuda" and not gpu_collectors:
         raise PlacementError(
-            f"collector.device=cuda, but sync={scheme} delivers weights to CPU memory and the policy acts there, so a "
-            "GPU would only hold a CUDA context (about 0.5 GB) on every collector. Use collector.device=auto (the CPU) "
-            "or cpu, or sync=nccl for GPU collectors"
+            f"collector.device=cuda, but sync={scheme} delivers weights to CPU memory and the "
+            "policy acts there, so a GPU would only hold a CUDA context (about 0.5 GB) on every "
+            "collector. Use collector.device=auto (the CPU) or cpu, or sync=nccl for GPU collectors"
         )
     if gpu_collectors:
         for role, choice in (("collector", collector_device), ("trainer", trainer_device)):
             if choice == "cpu":
                 raise PlacementError(
-                    f"sync={scheme} moves weights between GPUs, but {role}.device=cpu: use sync=shm or sync=gloo "
-                    "for CPU ranks (a GPU trainer stages its weights for CPU collectors)"
+                    f"sync={scheme} moves weights between GPUs, but {role}.device=cpu: use "
+                    "sync=shm or sync=gloo for CPU ranks (a GPU trainer stages its "
+                    "weights for CPU collectors)"
                 )
 
 
@@ -156,9 +156,10 @@ def place(
         index = cuda_ranks.index(layout.rank)
         if gpu_collectors and len(cuda_ranks) > gpus:
             raise PlacementError(
-                f"sync={scheme} needs one GPU per rank, but node {layout.node_rank} runs {len(cuda_ranks)} GPU ranks "
-                f"({cuda_ranks[0]}..{cuda_ranks[-1]}) on {gpus} GPU{'s' * (gpus != 1)}: ranks {cuda_ranks[gpus:]} would share one. "
-                f"Fix: launch at most {gpus} ranks per node (--nproc_per_node), or keep collectors on the CPU "
+                f"sync={scheme} needs one GPU per rank, but node {layout.node_rank} runs "
+                f"{len(cuda_ranks)} GPU ranks ({cuda_ranks[0]}..{cuda_ranks[-1]}) on {gpus} "
+                f"GPU{'s' * (gpus != 1)}: ranks {cuda_ranks[gpus:]} would share one. Fix: launch "
+                f"at most {gpus} ranks per node (--nproc_per_node), or keep collectors on the CPU "
                 "with sync=shm or sync=gloo"
             )
         device = f"cuda:{index % gpus}"

@@ -30,12 +30,10 @@ class Groups:
     trainers: dist.ProcessGroup | None  # trainers only: DDP; None with one trainer
     nodes: list[int]  # node rank of every global rank
     device: torch.device | None = None  # this rank's GPU, when its placement gave it one
-    scheme_group: dist.ProcessGroup | None = (
-        None  # the weight sync scheme's own group, if it makes one
-    )
-    store: dist.Store | None = (
-        None  # the job's store: roll calls that name the ranks a wait waited for
-    )
+    # the weight sync scheme's own group, if it makes one
+    scheme_group: dist.ProcessGroup | None = None
+    # the job's store: roll calls that name the ranks a wait waited for
+    store: dist.Store | None = None
 
     def node_leaders(self, collectors: list[int]) -> list[int]:
         """The lowest collector rank of each node other than trainer 0's."""
@@ -74,8 +72,9 @@ def join(
             else "the store is gone too, so which rank is unknown"
         )
         raise RuntimeError(
-            f"{who} stopped waiting for all {layout.world_size} ranks to join at {where}: {wait.ended(e)}; {absent}. "
-            f"Check their logs{wait.advice('start-up is just slow')}. Cause: {e}"
+            f"{who} stopped waiting for all {layout.world_size} ranks to join at {where}: "
+            f"{wait.ended(e)}; {absent}. Check their "
+            f"logs{wait.advice('start-up is just slow')}. Cause: {e}"
         ) from e
     return store
 
@@ -151,9 +150,9 @@ def _job_store(
         )
     except (RuntimeError, dist.DistError) as e:
         raise RuntimeError(
-            f"{who} could not reach the job's store at {where} within {timeout.total_seconds():g} s: "
-            f"{'its torchrun agent' if agent_hosts_store else 'rank 0, which hosts it,'} never started or cannot be "
-            f"reached from here. Cause: {e}"
+            f"{who} could not reach the job's store at {where} within {timeout.total_seconds():g} "
+            f"s: {'its torchrun agent' if agent_hosts_store else 'rank 0, which hosts it,'} never "
+            f"started or cannot be reached from here. Cause: {e}"
         ) from e
     return dist.PrefixStore(f"harness/attempt-{attempt or 0}/job-{sweep_job}", store)
 
@@ -183,6 +182,5 @@ def resolve_run_dir(
     stamp = [launch_stamp.launch_stamp()]
     if not layout.single_process and not launch_stamp.shared():
         dist.broadcast_object_list(stamp, src=0)
-    return (
-        Path(runs_root) / f"{stamp[0]}-{what.replace(os.sep, '-')}"
-    )  # a namespaced env id (ALE/Pong-v5) stays one name
+    # a namespaced env id (ALE/Pong-v5) stays one name
+    return Path(runs_root) / f"{stamp[0]}-{what.replace(os.sep, '-')}"

@@ -97,27 +97,33 @@ class Layout:
     def validate(self) -> None:
         if self.trainers < 1:
             raise LayoutError(
-                f"topology.trainers={self.trainers}: at least one rank must train.\n{self.describe()}"
+                f"topology.trainers={self.trainers}: at least one rank must train.\n"
+                f"{self.describe()}"
             )
         if self.world_size == 1:
             if self.trainers != 1:
                 raise LayoutError(
-                    f"topology.trainers={self.trainers} but this is a single-process run (world size 1).\n"
-                    f"Fix: set topology.trainers=1, or launch {self.trainers + 1}+ ranks with torchrun."
+                    f"topology.trainers={self.trainers} but this is a single-process run "
+                    "(world size 1).\n"
+                    "Fix: set topology.trainers=1, or launch "
+                    f"{self.trainers + 1}+ ranks with torchrun."
                 )
             return
         if self.trainers >= self.world_size:
             raise LayoutError(
-                f"topology.trainers={self.trainers} with world size {self.world_size} leaves no rank to "
-                f"collect.\n{self.describe()}\nFix: launch more ranks (NPROC={self.trainers + 1} "
-                f"scripts/train.sh, or torchrun --nproc_per_node={self.trainers + 1}) or lower topology.trainers."
+                f"topology.trainers={self.trainers} with world size {self.world_size} leaves no "
+                f"rank to collect.\n{self.describe()}\n"
+                "Fix: launch more ranks "
+                f"(NPROC={self.trainers + 1} scripts/train.sh, or torchrun "
+                f"--nproc_per_node={self.trainers + 1}) or lower topology.trainers."
             )
         collectors = self.world_size - self.trainers
         if self.trainers > 1 and collectors % self.trainers:
             raise LayoutError(
-                f"{collectors} collectors cannot feed {self.trainers} trainers equally (data-parallel "
-                f"trainers need equal batches).\n{self.describe()}\nFix: launch "
-                f"{self.trainers + self.trainers * max(collectors // self.trainers, 1)} ranks, or change topology.trainers."
+                f"{collectors} collectors cannot feed {self.trainers} trainers equally "
+                f"(data-parallel trainers need equal batches).\n{self.describe()}\nFix: launch "
+                f"{self.trainers + self.trainers * max(collectors // self.trainers, 1)} ranks, or "
+                "change topology.trainers."
             )
         if not 0 <= self.rank < self.world_size:
             raise LayoutError(f"RANK={self.rank} is outside WORLD_SIZE={self.world_size}")

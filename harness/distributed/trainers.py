@@ -62,9 +62,9 @@ def meet(group: dist.ProcessGroup, timeout_s: float, where: str) -> None:
             else f"did not come: {wait.ended(e)}"
         )
         raise TrainersError(
-            f"rank {rank} (trainer) waited for the other trainers {where}: trainer rank(s) {late} {came}{hint}. "
-            f"A late trainer stalled or died, or waits on its own collectors (see its log and theirs)"
-            f"{wait.advice()}. Cause: {e}"
+            f"rank {rank} (trainer) waited for the other trainers {where}: trainer rank(s) {late} "
+            f"{came}{hint}. A late trainer stalled or died, or waits on its own collectors (see "
+            f"its log and theirs){wait.advice()}. Cause: {e}"
         ) from e
 
 
@@ -89,8 +89,9 @@ def average_gradients(params: Iterable[torch.Tensor], group: dist.ProcessGroup) 
         dist.all_reduce(flat, group=group)
     except RuntimeError as e:
         raise TrainersError(
-            f"rank {dist.get_rank()} (trainer): averaging gradients with trainer rank(s) {others(group)} failed; "
-            f"one of them died or stalled during a gradient step (see its log). Cause: {e}"
+            f"rank {dist.get_rank()} (trainer): averaging gradients with trainer rank(s) "
+            f"{others(group)} failed; one of them died or stalled during a gradient step "
+            f"(see its log). Cause: {e}"
         ) from e
     flat /= dist.get_world_size(group)
     for grad, mean in zip(grads, flat.split([g.numel() for g in grads])):

@@ -104,7 +104,8 @@ class ProgressLines:
         self.figures.update(row)
         eta = max(self.total - step, 0) / rate if rate > 0 else math.inf
         unit = self.step.replace("_", " ")
-        line = f"{unit} {step:>11,}/{self.total:,} ({100 * step / self.total:5.1f}%) | {rate:8,.0f} {unit}/s | eta {clock(eta)}"
+        progress = f"{step:>11,}/{self.total:,} ({100 * step / self.total:5.1f}%)"
+        line = f"{unit} {progress} | {rate:8,.0f} {unit}/s | eta {clock(eta)}"
         figures = self.figures.text()
         print(f"{line} | {figures}" if figures else line, file=self.stream, flush=True)
 

@@ -60,9 +60,8 @@ class VideoFiles:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.seen = (
-            set(directory.glob(self.PATTERN)) if directory.exists() else set()
-        )  # a resumed run's are old news
+        # a resumed run's are old news
+        self.seen = set(directory.glob(self.PATTERN)) if directory.exists() else set()
 
     def new(self) -> list[Path]:
         if not self.directory.exists():

@@ -28,20 +28,16 @@ class RolloutStats:
     eval_return_sum: float = 0.0
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
     frames_dropped: float = 0.0  # their frames
-    env_restarts: float = (
-        0.0  # envs that raised and were made again (their broken episode is not counted)
-    )
-    collector_restarts: float = (
-        0.0  # collectors' worker processes replaced (collector.max_restarts)
-    )
+    # envs that raised and were made again (their broken episode is not counted)
+    env_restarts: float = 0.0
+    # collectors' worker processes replaced (collector.max_restarts)
+    collector_restarts: float = 0.0
     frames_lost: float = 0.0  # frames of the batches those workers left unfinished
-    joined_frames: float = (
-        0.0  # frames kept from collectors that joined the running job (harness.cli.join)
-    )
+    # frames kept from collectors that joined the running job (harness.cli.join)
+    joined_frames: float = 0.0
     collect_s: float = 0.0  # collectors' seconds stepping envs for these batches
-    collector_wait_s: float = (
-        0.0  # collectors' seconds waiting before them (for a trainer, or a version)
-    )
+    # collectors' seconds waiting before them (for a trainer, or a version)
+    collector_wait_s: float = 0.0
     trainer_wait_s: float = 0.0  # trainers' seconds waiting for batches
     lag_frames: float = 0.0  # frames whose lag was counted
     lag_sum: float = 0.0
@@ -79,10 +75,8 @@ class RolloutStats:
         if group is None:
             return self
         values = torch.tensor(astuple(self), dtype=torch.float64)
-        sums, extremes = (
-            values[:-2].clone(),
-            torch.stack([-values[-2], values[-1]]),
-        )  # lag_min, lag_max come last
+        # lag_min, lag_max come last
+        sums, extremes = values[:-2].clone(), torch.stack([-values[-2], values[-1]])
         dist.all_reduce(sums, group=group)
         dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=group)
         return RolloutStats(*[*sums.tolist(), -float(extremes[0]), float(extremes[1])])

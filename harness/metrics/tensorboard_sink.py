@@ -46,9 +46,8 @@ class TensorBoardSink:
         self.writer = SummaryWriter(
             str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None
         )
-        if (
-            config
-        ):  # at the step it applies from: a resumed run may have changed its budget or logging
+        # at the step it applies from: a resumed run may have changed its budget or logging
+        if config:
             self.writer.add_text("hyperparameters", config_table(config), resume_step)
             self.writer.flush()
 

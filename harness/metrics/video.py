@@ -33,8 +33,8 @@ def check_video_support() -> None:
     ]
     if missing:
         raise ValueError(
-            f"videos need PyAV and pygame; {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
-            f"not installed. Install the extra: {VIDEO_HINT}"
+            f"videos need PyAV and pygame; {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed. Install the extra: {VIDEO_HINT}"
         )
 
 

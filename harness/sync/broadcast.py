@@ -21,9 +21,8 @@ from harness.distributed.waits import Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
 from harness.sync.payload import Payload
 
-APPLIED = (
-    "weights-applied"  # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
-)
+# the roll call of the versions receivers applied (keys: APPLIED/<rank>)
+APPLIED = "weights-applied"
 
 
 class _BroadcastEnd:
@@ -53,9 +52,8 @@ class BroadcastSink(_BroadcastEnd):
     ):
         super().__init__(endpoint, group, store)
         self.timeout_s = timeout_s
-        self.sent = (
-            self.needed
-        ) = -1  # the newest version sent, and the one receivers had to apply to take it
+        # the newest version sent, and the one receivers had to apply to take it
+        self.sent = self.needed = -1
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
         self.finish()  # the previous broadcast still reads the buffer
@@ -79,15 +77,16 @@ class BroadcastSink(_BroadcastEnd):
             ]
             late = self.applied.behind(receivers, self.needed)
             who = (
-                f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version {self.needed} (gone or stalled)"
+                f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version "
+                f"{self.needed} (gone or stalled)"
                 if late
                 else "every one had applied the version before, so one of them died since"
                 if late == []
                 else "one of them is gone or stalled"
             )
             raise SyncError(
-                f"{self.endpoint} could not deliver weights version {self.sent} to ranks {ranks_text(receivers)}: "
-                f"{wait.ended(e)}; {who}. Cause: {e}"
+                f"{self.endpoint} could not deliver weights version {self.sent} to ranks "
+                f"{ranks_text(receivers)}: {wait.ended(e)}; {who}. Cause: {e}"
             ) from e
 
     close = finish

@@ -16,17 +16,14 @@ class SyncConfig:
     """How policy weights reach the collectors; see docs/weight_sync.md."""
 
     name: str = "gloo"  # gloo | nccl | shm | hierarchical | none
-    timeout_s: float = (
-        60.0  # longest wait for an update, and the longest allowed gap between publishes
-    )
-    wire_dtype: str = (
-        "float32"  # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
-    )
+    # longest wait for an update, and the longest allowed gap between publishes
+    timeout_s: float = 60.0
+    # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
+    wire_dtype: str = "float32"
     # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
     poll_interval_s: float = 0.0002
-    publish_every_updates: int = (
-        1  # async mode: trainer 0 publishes after this many updates (sync mode: every round)
-    )
+    # async mode: trainer 0 publishes after this many updates (sync mode: every round)
+    publish_every_updates: int = 1
 
     def __post_init__(self) -> None:
         if self.name not in SCHEMES:
@@ -37,7 +34,8 @@ class SyncConfig:
             raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
         if self.poll_interval_s < 0:
             raise ValueError(
-                f"sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), got {self.poll_interval_s}"
+                "sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), "
+                f"got {self.poll_interval_s}"
             )
         if self.publish_every_updates < 1:
             raise ValueError(
@@ -49,8 +47,8 @@ class SyncConfig:
             )
         if self.name == "nccl" and not torch.cuda.is_available():
             raise ValueError(
-                "sync=nccl needs CUDA on every rank, and this rank has none: use sync=gloo "
-                "(a GPU trainer with CPU collectors also uses sync=gloo, through pinned CPU staging)"
+                "sync=nccl needs CUDA on every rank, and this rank has none: use sync=gloo (a GPU "
+                "trainer with CPU collectors also uses sync=gloo, through pinned CPU staging)"
             )
 
     @property

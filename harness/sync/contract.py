@@ -196,8 +196,9 @@ class WeightSubscriber(abc.ABC):
         long it waited and how it ended (``upstream`` gone, or no answer in time)."""
         if wait.ran_out or cause is None:
             return SyncError(
-                f"{self.endpoint} waited {wait.seconds:.1f} s for {what} and gave up (newest applied version: "
-                f"{self.version}). Is {self.upstream} alive? If it is just slow, raise sync.timeout_s or publish more "
+                f"{self.endpoint} waited {wait.seconds:.1f} s for {what} and gave up (newest "
+                f"applied version: {self.version}). Is {self.upstream} alive? If it is just slow, "
+                "raise sync.timeout_s or publish more "
                 "often (sync.publish_every_updates)." + (f" Cause: {cause}" if cause else "")
             )
         return SyncError(

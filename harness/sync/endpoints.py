@@ -172,7 +172,8 @@ class Subscriber(WeightSubscriber):
         while self.version < min_version:
             if self.source.exhausted:
                 raise SyncError(
-                    f"{self.endpoint} waits for version {min_version} but the publisher stopped at version {self.version}"
+                    f"{self.endpoint} waits for version {min_version} but the publisher stopped at "
+                    f"version {self.version}"
                 )
             left = wait.remaining
             if left <= 0:

@@ -81,9 +81,8 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Su
         wire_dtype=wire,
         before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
     )
-    if (
-        node != groups.nodes[0]
-    ):  # it reads what its node's leader forwards: that is the rank to look at
+    # it reads what its node's leader forwards: that is the rank to look at
+    if node != groups.nodes[0]:
         leader = next(r for r in groups.node_leaders(collectors) if groups.nodes[r] == node)
         subscriber.upstream = f"rank {leader} (node {node}'s leader)"
     return subscriber

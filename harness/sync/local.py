@@ -52,16 +52,16 @@ class LocalSubscriber(WeightSubscriber):
         self.live = Payload.from_models(models, value_names)
         if self.live.schema != self.mailbox.payload.schema:
             raise SyncError(
-                f"{self.endpoint}: schema differs: {first_difference(self.live.schema, self.mailbox.payload.schema)}"
+                f"{self.endpoint}: schema differs: "
+                f"{first_difference(self.live.schema, self.mailbox.payload.schema)}"
             )
         self.live.bind(models)
 
     def poll(self) -> Header | None:
         if self.mailbox.version <= self.version:
             return None
-        assert (
-            self.mailbox.payload is not None
-        )  # a version was published, so the publisher connected
+        # a version was published, so the publisher connected
+        assert self.mailbox.payload is not None
         self.live.buffer.copy_(self.mailbox.payload.buffer)
         self.header = self.live.header()
         self.version = self.header.version

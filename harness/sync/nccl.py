@@ -43,9 +43,8 @@ def make_groups(groups: Groups, layout: Layout, wait_s: float) -> None:
     (where this torch has it) binds the communicator to the rank's GPU, and
     its members create it now (:func:`create_communicator`)."""
     if os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0") == "0":
-        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = (
-            "3"  # tear the process down on a timeout or error
-        )
+        # tear the process down on a timeout or error
+        os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3"
     members = [0, *layout.collector_ranks]
     kwargs: dict[str, Any] = {}
     if groups.device is not None and "device_id" in inspect.signature(dist.new_group).parameters:

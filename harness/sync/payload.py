@@ -55,12 +55,10 @@ class Payload:
         # write()'s plan for one source: it publishes the same TensorDict every time.
         self._flat_source: TensorDictBase | None = None
         self._flat: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.write_path: str | None = (
-            None  # PER_LEAF, PLAIN_COPY or DEVICE_TO_HOST, once write() planned it
-        )
-        self._copied: torch.cuda.Event | None = (
-            None  # DEVICE_TO_HOST: recorded after the copy, waited on
-        )
+        # PER_LEAF, PLAIN_COPY or DEVICE_TO_HOST, once write() planned it
+        self.write_path: str | None = None
+        # DEVICE_TO_HOST: recorded after the copy, waited on
+        self._copied: torch.cuda.Event | None = None
 
     @classmethod
     def from_models(
@@ -146,9 +144,8 @@ class Payload:
             )
             self._copied = torch.cuda.Event() if self.write_path == DEVICE_TO_HOST else None
         if self._flat is None:
-            self.td["weights"].copy_(
-                weights
-            )  # per leaf (a cast to the wire dtype, say); each copy complete when it returns
+            # per leaf (a cast to the wire dtype, say); each copy complete when it returns
+            self.td["weights"].copy_(weights)
         elif self._copied is None:
             self._flat[1].copy_(self._flat[0])
         else:

@@ -145,7 +145,8 @@ class Segment:
             if slots < 1 or size < cls.size_for(slot_bytes, slots):
                 mapping.close()
                 raise SyncError(
-                    f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} slots of {slot_bytes}"
+                    f"shared-memory segment {name} holds {size} bytes, too few for {max(slots, 1)} "
+                    f"slots of {slot_bytes}"
                 )
         except BaseException:
             os.close(fd)
@@ -223,7 +224,8 @@ class ShmSink:
         slot = next((s for s in others if segment.lock(s, fcntl.F_WRLCK)), None)
         if slot is None:
             raise SyncError(
-                f"shared-memory segment {segment.name}: every slot is in use; it was made for {self.readers} readers"
+                f"shared-memory segment {segment.name}: every slot is in use; it was made for "
+                f"{self.readers} readers"
             )
         try:
             self.slot_payloads[slot].write(weights, header)
@@ -273,7 +275,8 @@ class ShmSource:
                 self.pinned = slot
                 return slot
         raise SyncError(
-            f"shared-memory segment {self.segment.name}: could not lock the latest slot in {MAX_RETRIES} tries"
+            f"shared-memory segment {self.segment.name}: could not lock the latest slot "
+            f"in {MAX_RETRIES} tries"
         )
 
     def poll_into(self, live: Payload) -> Header | None:
@@ -297,20 +300,21 @@ class ShmSource:
         start = time.monotonic()
         control, writer = self.segment.control, int(self.segment.control[PID])
         while True:
-            rung = int(
-                control[BELL]
-            )  # read before looking: a write after it makes the sleep return at once
+            # read before looking: a write after it makes the sleep return at once
+            rung = int(control[BELL])
             header = self.poll_into(live)
             if header is not None:
                 return header
             left = start + timeout_s - time.monotonic()
             if left <= 0:
                 raise SyncError(
-                    f"nothing new in shared-memory segment {self.segment.name} for {time.monotonic() - start:.1f} s"
+                    f"nothing new in shared-memory segment {self.segment.name} for "
+                    f"{time.monotonic() - start:.1f} s"
                 )
             if not alive(writer):  # a dead writer never writes again: fail now, not at the timeout
                 raise SyncError(
-                    f"the writer of shared-memory segment {self.segment.name} (pid {writer}) is dead"
+                    f"the writer of shared-memory segment {self.segment.name} "
+                    f"(pid {writer}) is dead"
                 )
             # Sleep until the writer rings, waking every 0.1 s to check that it is alive.
             futex.wait(

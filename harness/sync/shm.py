@@ -32,9 +32,9 @@ def check_one_node(endpoint: Endpoint, groups: Groups) -> None:
     away = [r for r in members if groups.nodes[r] != groups.nodes[0]]
     if away:
         raise SyncError(
-            f"{endpoint}: sync=shm needs every collector on trainer 0's node (node {groups.nodes[0]}); "
-            f"collector ranks {away} run on other nodes. Use sync=hierarchical (broadcast between "
-            f"nodes, shared memory inside each) or sync=gloo."
+            f"{endpoint}: sync=shm needs every collector on trainer 0's node (node "
+            f"{groups.nodes[0]}); collector ranks {away} run on other nodes. Use sync=hierarchical "
+            "(broadcast between nodes, shared memory inside each) or sync=gloo."
         )
 
 

@@ -66,7 +66,8 @@ def reserve(fd: int, name: str, size: int, slots: int) -> None:
             raise
         stat = os.statvfs("/dev/shm")
         raise SyncError(
-            f"shared-memory segment {name} needs {size / 2**20:,.0f} MiB ({slots} slots: one per collector of "
-            f"the node plus two) and /dev/shm has {stat.f_bavail * stat.f_frsize / 2**20:,.0f} MiB free. Fix: a "
-            f"larger /dev/shm (docker run --shm-size=...), sync.wire_dtype=bfloat16 (half the bytes), or sync=gloo"
+            f"shared-memory segment {name} needs {size / 2**20:,.0f} MiB ({slots} slots: one per "
+            "collector of the node plus two) and /dev/shm has "
+            f"{stat.f_bavail * stat.f_frsize / 2**20:,.0f} MiB free. Fix: a larger /dev/shm "
+            "(docker run --shm-size=...), sync.wire_dtype=bfloat16 (half the bytes), or sync=gloo"
         ) from e

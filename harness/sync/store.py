@@ -67,13 +67,13 @@ class StoreSource:
             if not self.store.check([VERSION]) or int(self.store.get(VERSION)) <= self.version:
                 return None
             value = self.store.get(WEIGHTS)
-        except (
-            RuntimeError
-        ) as e:  # the store's process (trainer 0) is gone, or did not answer in time
+        # the store's process (trainer 0) is gone, or did not answer in time
+        except RuntimeError as e:
             raise SyncError(f"the job's store stopped answering: {e}") from e
         if len(value) != self.staging.buffer.numel():
             raise SyncError(
-                f"the job's weights are {len(value)} bytes, this collector's {self.staging.buffer.numel()}"
+                f"the job's weights are {len(value)} bytes, this collector's "
+                f"{self.staging.buffer.numel()}"
             )
         self.staging.buffer.copy_(torch.frombuffer(bytearray(value), dtype=torch.uint8))
         live.copy_from(self.staging)

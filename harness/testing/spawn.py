@@ -59,9 +59,8 @@ def _rank_main(target, rank, world_size, port, queue, args, nodes):
     )
     import torch
 
-    torch.set_num_threads(
-        1
-    )  # torch was imported (by the fork server) before OMP_NUM_THREADS was set here
+    # torch was imported (by the fork server) before OMP_NUM_THREADS was set here
+    torch.set_num_threads(1)
     queue.put((rank, STARTED, None))  # imports done: from here on ``timeout`` counts
     try:
         queue.put((rank, "ok", target(rank, world_size, *args)))
