@@ -137,7 +137,8 @@ def _reaching(start: str, graph: dict[str, dict[str, int]]) -> set[str]:
 
 def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
     return [
-        f"{module} ({LAYER_NAMES[layer(module)]}, line {line}) imports {target} ({LAYER_NAMES[layer(target)]})"
+        f"{module} ({LAYER_NAMES[layer(module)]}, line {line}) "
+        f"imports {target} ({LAYER_NAMES[layer(target)]})"
         for module, edges in sorted(graph.items())
         for target, line in sorted(edges.items())
         if layer(target) > layer(module)

@@ -57,6 +57,8 @@ def test_cql_presets_keep_q_on_the_data_above_zero_where_it_is_100(preset):
     q_on_data = [float(cql.update([], 0)["train/q1"]) for _ in range(STEPS)]
     late = sum(q_on_data[-100:]) / 100
     assert late > 0.0, (
-        f"{preset}: Q on the data fell to {late:.1f} after {STEPS} steps where every return is +100: "
-        f"the penalty's backups through a broad actor (actor_lr {algo_cfg.actor_lr}, bc_steps {algo_cfg.bc_steps})"
+        f"{preset}: Q on the data fell to {late:.1f} after {STEPS} steps where every return is "
+        f"+100: "
+        f"the penalty's backups through a broad actor (actor_lr {algo_cfg.actor_lr}, bc_steps "
+        f"{algo_cfg.bc_steps})"
     )

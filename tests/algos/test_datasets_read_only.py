@@ -31,14 +31,20 @@ def written(tmp_path_factory) -> Path:
 def cut_short(ds: Path) -> str:
     obs = ds / "data/obs.memmap"
     obs.write_bytes(obs.read_bytes()[: OBS_BYTES // 2])
-    return "ds/data/obs.memmap holds 12,000 bytes, but 24,000 are expected (2000 transitions of (3,) float32"
+    return (
+        "ds/data/obs.memmap holds 12,000 bytes, but 24,000 are expected (2000 transitions of "
+        "(3,) float32"
+    )
 
 
 def claims_another_shape(ds: Path) -> str:
     layout = json.loads((ds / "data/meta.json").read_text())
     layout["obs"]["shape"] = [2000, 4]  # a field that does not fit its file
     (ds / "data/meta.json").write_text(json.dumps(layout))
-    return "ds/data/obs.memmap holds 24,000 bytes, but 32,000 are expected (2000 transitions of (4,) float32"
+    return (
+        "ds/data/obs.memmap holds 24,000 bytes, but 32,000 are expected (2000 transitions of "
+        "(4,) float32"
+    )
 
 
 @pytest.mark.e2e

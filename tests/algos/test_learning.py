@@ -108,9 +108,9 @@ def test_ppo_with_normalisation_learns_a_mujoco_task(workdir):
 
 
 # MinAtar Breakout through the image path (uint8 batches, MinAtar's CNN), 1 trainer + 2 collectors,
-# 61,440 frames.
-# Random play scores about 0.5 (the first row: 0.39 to 0.50). Seeds 1, 2, 3 of these settings ended at PPO 3.12,
-# 2.65, 2.96 and DQN 4.72, 4.82, 4.51 (docs/pixels.md, 2026-12-04); the bounds sit below all of them.
+# 61,440 frames. Random play scores about 0.5 (the first row: 0.39 to 0.50). Seeds 1, 2, 3 of
+# these settings ended at PPO 3.12, 2.65, 2.96 and DQN 4.72, 4.82, 4.51 (docs/pixels.md,
+# 2026-12-04); the bounds sit below all of them.
 @pytest.mark.parametrize(
     "preset, options, bound",
     [("ppo_minatar", [], 2.0), ("dqn_minatar", ["algo.exploration_fraction=0.8"], 3.0)],

@@ -102,7 +102,7 @@ def test_ppo_on_images_shares_the_actors_cnn_with_its_value_head_and_runs_it_onc
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.parameters())
 
 
-def test_ppo_on_images_learns_from_the_values_the_collectors_recorded_without_a_second_pass_of_the_cnn():
+def test_ppo_on_images_learns_from_the_values_recorded_while_acting_without_a_second_cnn_pass():
     """Acting records each frame's value (the trainer's critic's, of the same weights), and the
     update takes them: the CNN sees the round's next observations and the minibatches, never the
     whole round at once."""

@@ -103,8 +103,8 @@ def test_an_env_that_keeps_returning_nan_ends_the_run_naming_it_its_index_seed_a
         and ", step 5 of its episode) broke 3 times" in out.stderr
     )
     assert (
-        "more than collector.max_env_restarts=2; the last time it returned an observation that is not finite"
-        in out.stderr
+        "more than collector.max_env_restarts=2; the last time it returned an observation that is "
+        "not finite" in out.stderr
     )
     assert "probability tensor" not in out.stderr
 
@@ -123,7 +123,8 @@ def test_an_env_step_that_never_returns_ends_its_collector_naming_the_env(workdi
     # hang.
     assert (
         "collector rank 1 (pid " in out.stderr
-        and f"env {FLAKY} (seed 3, index 0, step 5 of its episode) has not returned after collector.env_step_timeout_s=2 s"
+        and f"env {FLAKY} (seed 3, index 0, step 5 of its episode) has not returned after "
+        "collector.env_step_timeout_s=2 s"
         in out.stderr
     ), out.stderr[-3000:]
 

@@ -132,8 +132,8 @@ def test_past_max_restarts_the_error_names_the_collector_its_env_and_every_cause
     assert out.returncode != 0
     assert f"(env {FLAKY}): its worker failed 2 times, more than collector.max_restarts=1" in said
     assert (
-        "The causes, in order: 1. was killed by SIGSEGV (a crash in native code); 2. was killed by SIGSEGV"
-        in said
+        "The causes, in order: 1. was killed by SIGSEGV (a crash in native code); 2. was killed by "
+        "SIGSEGV" in said
     )
     wait_for(lambda: not processes_tagged(tag), 10, "every rank and worker of the launch to exit")
 

@@ -80,9 +80,8 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
     one = {"OMP_NUM_THREADS": "1"}
     (single,) = placements(world=1, cores=8, env=one)
     assert single.threads == 1
-    assert (
-        single.describe()
-        == "rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
+    assert single.describe() == (
+        "rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
     )
     assert [p.threads for p in placements(world=9, cores=64, env={"OMP_NUM_THREADS": "4"})] == [
         4
@@ -110,7 +109,7 @@ def test_a_thread_count_in_the_environment_wins_over_auto_and_the_layout_says_so
     )
 
 
-def test_trainer_threads_all_shares_every_core_of_the_node_among_its_trainers_whatever_the_environment_says():
+def test_trainer_threads_all_shares_the_node_among_its_trainers_whatever_the_environment_says():
     """Sync rounds: the collectors wait while the trainers learn, so the trainers may take the whole
     node."""
     one = {"OMP_NUM_THREADS": "1"}
@@ -280,7 +279,10 @@ def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
     the CPU."""
     with pytest.raises(
         PlacementError,
-        match=r"collector.device=cuda, but sync=gloo delivers weights to CPU memory.*collector.device=auto",
+        match=(
+            r"collector.device=cuda, but sync=gloo delivers weights to CPU "
+            r"memory.*collector.device=auto"
+        ),
     ):
         placements(world=3, collector_device="cuda", gpus=gpus)
     assert (

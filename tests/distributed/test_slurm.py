@@ -67,7 +67,8 @@ def slurm(tmp_path_factory):
     ]
     if missing:
         pytest.skip(
-            f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install slurm-wlm, as .ci/run does"
+            f"SLURM is not installed here ({', '.join(missing)} missing): apt-get install "
+            f"slurm-wlm, as .ci/run does"
         )
     if os.geteuid() != 0:
         pytest.skip("starting SLURM's daemons needs root")

@@ -28,8 +28,14 @@ def said_seconds(message: str, pattern: str) -> float:
 
 @pytest.mark.unit
 def test_the_errors_of_gloo_the_store_and_shared_memory_say_whether_the_peer_is_gone():
-    gloo = "[pair.cc:537] Read error [127.0.0.1]:11152: Connection reset by peer. This is typically caused by"
-    store = "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+    gloo = (
+        "[pair.cc:537] Read error [127.0.0.1]:11152: Connection reset by peer. This is "
+        "typically caused by"
+    )
+    store = (
+        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server "
+        "shutdown or crash?"
+    )
     assert peer_gone(RuntimeError(gloo)) == peer_gone(store) == "the connection was closed"
     assert peer_gone("connectFullMesh failed: Connection refused") == "the connection was refused"
     assert (

@@ -52,8 +52,8 @@ def test_a_new_run_starts_from_the_checkpoints_weights_with_its_own_lr_and_count
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-3000:]
     assert (
-        f"initialised from {source.resolve()}/checkpoints/step-000000001024 (algo=ppo env=CartPole-v1 at frames 1024)"
-        in said
+        f"initialised from {source.resolve()}/checkpoints/step-000000001024 (algo=ppo "
+        f"env=CartPole-v1 at frames 1024)" in said
     )
     run = workdir / "runs" / "tuned"
     assert (
@@ -140,8 +140,8 @@ def test_a_checkpoint_of_other_networks_is_refused_naming_the_first_differing_te
     ), said[-3000:]
     assert not (workdir / "run" / "config.yaml").exists()  # refused before anything was written
     assert (
-        "here 'loss.actor.net.0.weight (64, 6) float32', there 'loss.actor.net.0.weight (64, 4) float32'"
-        in said
+        "here 'loss.actor.net.0.weight (64, 6) float32', there 'loss.actor.net.0.weight (64, 4) "
+        "float32'" in said
     )
 
 

@@ -68,7 +68,10 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
     assert frames == list(range(256, 8193, 256))  # every frame range once: one launch wrote them
 
 
-HOLD = "import signal, sys; from pathlib import Path; from harness.runs.lock import take; take(Path(sys.argv[1])); signal.pause()"
+HOLD = (
+    "import signal, sys; from pathlib import Path; from harness.runs.lock import take; "
+    "take(Path(sys.argv[1])); signal.pause()"
+)
 
 
 @pytest.mark.multiprocess

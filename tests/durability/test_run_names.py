@@ -44,7 +44,8 @@ def test_a_default_name_starts_with_the_launch_time_and_says_algo_env_and_seed(m
     [
         (
             ["run_name=a/b"],
-            "run_name='a/b': a run's name is one folder name under runs_root=runs; for a path, give run_dir=a/b",
+            "run_name='a/b': a run's name is one folder name under runs_root=runs; for a path, "
+            "give run_dir=a/b",
         ),
         (["run_name=.."], "run_name='..': a run's name is one folder name"),
         (

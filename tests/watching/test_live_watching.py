@@ -103,15 +103,16 @@ def evaluation_returns(run_dir: Path) -> list[float]:
     return returns
 
 
-# -- the console
-# ---------------------------------------------------------------------------------------------
+# -- the console ---------------------------------------------------------------------------------
 
 BAR = re.compile(
-    r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s (?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)"
+    r"frames [━╸╺ ]+ (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<rate>[\d,]+|-)/s "
+    r"(?P<eta>\d+:\d\d:\d\d|-:--:--)\s*(?P<figures>.*)"
 )
 LINE = re.compile(
     r"frames +(?P<done>[\d,]+)/1,024 \( *(?P<percent>[\d.]+)%\) \| +(?P<rate>[\d,]+) frames/s \| "
-    r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+)(?: \| eval (?P<eval>-?[\d.]+))? \| lag (?P<lag>[\d.]+)"
+    r"eta (?P<eta>\d\d:\d\d:\d\d) \| return (?P<ret>-?[\d.]+)(?: \| eval (?P<eval>-?[\d.]+))? \| "
+    r"lag (?P<lag>[\d.]+)"
 )
 
 
@@ -201,8 +202,7 @@ def test_bar_only_on_a_terminal_and_lines_printed_meanwhile_stay_whole(monkeypat
     assert said in screen.getvalue() and sys.stdout is stdout  # and print goes where it went before
 
 
-# -- Ctrl-C
-# ----------------------------------------------------------------------------------------------------
+# -- Ctrl-C --------------------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
@@ -230,7 +230,8 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert text.count(signals.ACK.strip()) == 1
     said = re.findall(
-        r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command with run_dir=(\S+)",
+        r"interrupted \(Ctrl-C\) at frames (\d+): checkpoint written\. Resume: the same command "
+        r"with run_dir=(\S+)",
         text,
     )
     assert len(said) == 1 and text.count("Resume:") == 1, text[-3000:]
@@ -272,8 +273,7 @@ def test_ctrl_c_checkpoints_says_how_to_resume_and_the_same_command_resumes(work
     )
 
 
-# -- TensorBoard
-# -------------------------------------------------------------------------------------------
+# -- TensorBoard ---------------------------------------------------------------------------------
 
 
 def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -331,8 +331,7 @@ def test_tensorboard_holds_the_csv_values_also_after_a_resume(workdir):
     assert scalars["train/episode_return"][:2] == first_run[:2]
 
 
-# -- evaluation videos, python -m harness.cli.evaluate
-# -----------------------------------------------------------
+# -- evaluation videos, python -m harness.cli.evaluate -------------------------------------------
 
 
 def decoded(path: Path) -> list[np.ndarray]:

@@ -155,8 +155,8 @@ def test_threads_auto_takes_omp_num_threads_and_the_layout_says_so(finished_run,
     )
     assert one.returncode == 0, one.stderr[-3000:]
     assert (
-        "  rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides it)"
-        in one.stdout
+        "  rank 0 trainer+collector: cpu, 1 thread (OMP_NUM_THREADS; trainer.threads=N overrides "
+        "it)" in one.stdout
     )
     said = finished_run.out.stdout
     assert (
@@ -164,8 +164,8 @@ def test_threads_auto_takes_omp_num_threads_and_the_layout_says_so(finished_run,
     ), said[:3000]
     for rank in (1, 2):
         assert (
-            f"  rank {rank} collector: cpu, 1 thread (OMP_NUM_THREADS; collector.threads=N overrides it)"
-            in said
+            f"  rank {rank} collector: cpu, 1 thread (OMP_NUM_THREADS; collector.threads=N "
+            f"overrides it)" in said
         )
 
 
@@ -199,7 +199,8 @@ def test_sync_none_shows_the_version_gap_and_warns_an_on_policy_algorithm_once(w
     said = out.stdout + out.stderr
     assert (
         said.count(
-            "sync=none: the collectors keep the weights they start with, but algo=ppo learns on-policy"
+            "sync=none: the collectors keep the weights they start with, but algo=ppo learns "
+            "on-policy"
         )
         == 1
     )
