@@ -1,11 +1,10 @@
 """The entry point: one process per rank.
 
-    torchrun --nproc_per_node=3 -m harness.train                # 1 trainer + 2 collectors torchrun
-    --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000 python -m
-    harness.train debug=tiny                          # world size 1: trains and collects srun
-    --ntasks=3 python -m harness.train                     # SLURM starts the ranks (no torchrun)
-    python -m harness.train -m hydra/launcher=submitit_slurm seed=1,2   # a sweep: one SLURM job per
-    combination
+    torchrun --nproc_per_node=3 -m harness.train            # 1 trainer + 2 collectors
+    torchrun --nproc_per_node=3 -m harness.train sync=none seed=3 collector.total_frames=100000
+    python -m harness.train debug=tiny                      # world size 1: trains and collects
+    srun --ntasks=3 python -m harness.train                 # SLURM starts the ranks (no torchrun)
+    python -m harness.train -m hydra/launcher=submitit_slurm seed=1,2   # a SLURM job per seed
 
 Compose and validate the config, find this rank's role, make the process
 groups and the shared run directory, run the role's loop, shut down cleanly.
@@ -34,11 +33,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness.algos import ALGOS
 from harness.cli import errors as cli
 from harness.config import Config, load, register_configs
 from harness.data import dataset
-from harness.distributed.placement import check_devices, describe_all, place
+from harness.distributed.placement import Placement, check_devices, describe_all, place
 from harness.distributed.setup import (
     Groups,
     init_distributed,
@@ -46,9 +44,7 @@ from harness.distributed.setup import (
     shutdown_distributed,
 )
 from harness.distributed.topology import Layout, slurm_env
-from harness.roles.collector import run_collector
-from harness.roles.evaluator import run_evaluator
-from harness.roles.supervisor import run_supervised_collector
+from harness.roles.kinds import kind_for
 from harness.roles.trainer import run_trainer
 from harness.runs import directory as run_directory
 from harness.runs import lock as run_lock
@@ -168,24 +164,101 @@ def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
 
 
 def run_role(cfg: Config, layout: Layout, groups: Groups | None, run_dir: Path) -> None:
-    """This rank's role, to its end: a trainer; else a collector, which in an offline
-    run only evaluates. On a failure, what the failed call stack holds is freed
-    before ``main`` destroys the process groups: else the last reference to the
-    trainers' group can be DDP's reducer's, whose destructor holds the GIL while it
-    joins gloo's worker thread, which may be waiting for the GIL (the process hangs at exit)."""
+    """This rank's role, to its end: a trainer; else what the run's kind has collectors do
+    (collect, or in an offline run only evaluate). On a failure, what the failed call stack holds
+    is freed before ``main`` destroys the process groups: else the last reference to the
+    trainers' group can be DDP's reducer's, whose destructor holds the GIL while it joins gloo's
+    worker thread, which may be waiting for the GIL (the process hangs at exit)."""
     try:
+        kind = kind_for(cfg)
         if layout.is_trainer:
-            run_trainer(cfg, layout, groups, run_dir)
+            run_trainer(cfg, layout, groups, run_dir, kind)
         else:
             assert groups is not None  # a collector is never the only rank
-            if ALGOS[cfg.algo.name].offline:
-                role = run_evaluator
-            else:
-                role = run_supervised_collector if cfg.collector.max_restarts else run_collector
-            role(cfg, layout, groups)
+            kind.collector_role(cfg, layout, groups)
     except BaseException as e:
         traceback.clear_frames(e.__traceback__)
         raise
+
+
+def read_config(raw: DictConfig) -> tuple[Config, Layout, int]:
+    """The config, every value checked before any process group exists, this rank's place in the
+    job, and the sweep job's number (:func:`sweep_defaults`). A mistake in the command is said
+    once, by rank 0, without a traceback."""
+    with cli.user_errors():
+        cfg = load(raw)
+        check_dataset(cfg)
+        sweep_job = sweep_defaults(cfg)
+        # srun without torchrun: the ranks from SLURM's variables.
+        os.environ.update(slurm_env(os.environ))
+        layout = Layout.from_env(cfg.topology.trainers)
+        check_devices(
+            cfg.trainer.device,
+            cfg.collector.device,
+            SCHEMES[cfg.sync.name].gpu_collectors,
+            cfg.sync.name,
+            layout.single_process,
+        )
+    return cfg, layout, sweep_job
+
+
+def place_rank(cfg: Config, layout: Layout) -> Placement:
+    """This rank's device and threads, applied before any process group (NCCL binds to the
+    current device); a trainer's resolved device (cuda:<i> or cpu) is where its algorithm lives.
+    Each rank checks its own role's device: the first rank of that role on the node says what is
+    wrong."""
+    with cli.user_errors(speaker=layout.rank == layout.first_of_role_on_node):
+        placement = place(
+            layout,
+            cfg.trainer.device,
+            cfg.collector.device,
+            cfg.trainer.threads,
+            cfg.collector.threads,
+            SCHEMES[cfg.sync.name].gpu_collectors,
+            cfg.sync.name,
+        )
+    placement.apply()
+    if layout.is_trainer:
+        cfg.trainer.device = placement.device
+    if layout.rank != 0:
+        logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
+    return placement
+
+
+def connect_ranks(
+    cfg: Config, layout: Layout, placement: Placement, sweep_job: int
+) -> Groups | None:
+    """The job's process groups (none in a single process). The scheme's own groups wait as long
+    as the harness's longest wait on the weights."""
+    if layout.single_process:
+        return None
+    wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
+    scheme = SCHEMES[cfg.sync.name]
+    return init_distributed(
+        layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s, sweep_job
+    )
+
+
+def settle_run_dir(cfg: Config, layout: Layout) -> Path:
+    """The run directory, resolved the same on every rank (collectors write videos there) and
+    written into ``cfg.run_dir``."""
+    default_name = f"{cfg.algo_env}-seed{cfg.seed}"
+    run_dir = resolve_run_dir(cfg.run_dir, cfg.runs_root, cfg.run_name, default_name, layout)
+    run_dir = run_dir.resolve()
+    cfg.run_dir = str(run_dir)
+    return run_dir
+
+
+def announce(raw: DictConfig, layout: Layout, placement: Placement, run_dir: Path) -> None:
+    """Trainer 0 says where the run goes, the ranks and where each computes, and what a tuned
+    file set. Every rank takes part in gathering the placements, and none reads ``run_dir``
+    before trainer 0 prepared it."""
+    placements = describe_all(placement, not layout.single_process)
+    if layout.rank == 0:
+        log.info("run_dir: %s", run_dir)
+        log.info("%s\n%s", layout.describe(), placements)
+        if tuned := tuned_settings(raw):
+            log.info("%s", tuned)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -193,68 +266,16 @@ def main(raw: DictConfig) -> None:
     # A scheduler's SIGTERM during start-up: stop at the first safe point, as later. Ctrl-C still
     # stops at once, as during the imports (this module's first lines).
     signals.install(interrupt=False)
-    with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
-        cfg = load(raw)  # every value checked before any process group exists
-        check_dataset(cfg)
-        sweep_job = sweep_defaults(cfg)
-        os.environ.update(
-            slurm_env(os.environ)
-        )  # srun without torchrun: ranks from SLURM's variables
-        layout = Layout.from_env(cfg.topology.trainers)
-        scheme = SCHEMES[cfg.sync.name]
-        check_devices(
-            cfg.trainer.device,
-            cfg.collector.device,
-            scheme.gpu_collectors,
-            cfg.sync.name,
-            layout.single_process,
-        )
-    # Each rank checks its own role's device: the first rank of that role on the node says what is
-    # wrong.
-    with cli.user_errors(speaker=layout.rank == layout.first_of_role_on_node):
-        threads = (cfg.trainer.threads, cfg.collector.threads)
-        placement = place(
-            layout,
-            cfg.trainer.device,
-            cfg.collector.device,
-            *threads,
-            scheme.gpu_collectors,
-            cfg.sync.name,
-        )
-    placement.apply()  # before any process group: NCCL binds to the current device
-    if layout.is_trainer:
-        cfg.trainer.device = (
-            placement.device
-        )  # resolved (cuda:<i> or cpu): where the algorithm lives
-    if layout.rank != 0:
-        logging.getLogger().setLevel(logging.WARNING)  # only trainer 0 talks
+    cfg, layout, sweep_job = read_config(raw)
+    placement = place_rank(cfg, layout)
     lock = None
     try:
-        groups = None
-        if not layout.single_process:
-            # The scheme's own groups wait as long as the harness's longest wait on the weights.
-            wait_s = max(cfg.dist_timeout_s, cfg.sync.timeout_s)
-            groups = init_distributed(
-                layout, cfg.dist_timeout_s, scheme, placement.cuda_device, wait_s, sweep_job
-            )
-        run_dir = resolve_run_dir(
-            cfg.run_dir, cfg.runs_root, cfg.run_name, f"{cfg.algo_env}-seed{cfg.seed}", layout
-        ).resolve()
-        cfg.run_dir = str(
-            run_dir
-        )  # resolved, the same on every rank (collectors write videos there)
-        with (
-            cli.user_errors()
-        ):  # a run directory that is not this run's: refused on every rank, said by rank 0
+        groups = connect_ranks(cfg, layout, placement, sweep_job)
+        run_dir = settle_run_dir(cfg, layout)
+        # A run directory that is not this run's: refused on every rank, said by rank 0.
+        with cli.user_errors():
             lock = open_run_dir(cfg, raw, layout, run_dir)
-        placements = describe_all(
-            placement, not layout.single_process
-        )  # also: no rank reads run_dir before prepare
-        if layout.rank == 0:
-            log.info("run_dir: %s", run_dir)
-            log.info("%s\n%s", layout.describe(), placements)
-            if tuned := tuned_settings(raw):
-                log.info("%s", tuned)
+        announce(raw, layout, placement, run_dir)
         # From here on a first Ctrl-C, too, means: checkpoint at the next safe point, then exit
         # (SIGTERM and SIGUSR1 meant it from the start). Before, during start-up, it stops the
         # process at once.
@@ -273,9 +294,11 @@ def main(raw: DictConfig) -> None:
 HELP = """\
 Train a policy: trainer ranks learn, collector ranks step the envs; Hydra composes the config.
 
-  scripts/train.sh [overrides]                       NPROC=3 ranks (1 trainer + 2 collectors); NPROC=1: one process
-  scripts/train.sh -m seed=1,2,3 [overrides]         a sweep: one run after another, each in its own directory
-  scripts/train.sh experiment=sac_pendulum --help    the settings that command would run with
+  scripts/train.sh [overrides]                      NPROC=3 ranks (1 trainer + 2 collectors);
+                                                    NPROC=1: one process
+  scripts/train.sh -m seed=1,2,3 [overrides]        a sweep: one run after another, each in its
+                                                    own directory
+  scripts/train.sh experiment=sac_pendulum --help   the settings that command would run with
 
 An override is group=option (a file of conf/<group>/) or key=value (a setting below).
 --hydra-help lists Hydra's own flags; --cfg job prints the composed config."""

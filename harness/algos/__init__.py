@@ -4,20 +4,21 @@ Adding one: a file with its config dataclass, policy and ``Algorithm``
 subclass; one line in ``ALGOS``; one ``conf/algo/<name>.yaml``.
 
 ``ALGOS[name]`` holds what every form of an algorithm shares (its ``Config``,
-``offline``, ``data_parallel_trainers``); an entry may have another class for
-discrete actions (``cql``: ``DiscreteCQL``, in ``DISCRETE_FORMS``). Whatever
-builds an algorithm or its models asks :func:`algorithm_for` which class learns
-on the env's action space.
+``offline``, ``data_parallel_trainers``, the checks of its settings); an entry
+may have another class for discrete actions (``cql``: ``DiscreteCQL``, in
+``DISCRETE_FORMS``). Whatever builds an algorithm or its models asks
+:func:`algorithm_for` which class learns on the env's action space.
 """
 
 from __future__ import annotations
 
-from harness.algos.base import AlgoConfig, Algorithm, Policy
+from harness.algos.base import AlgoConfig, Algorithm, Policy, part_of
 from harness.algos.cql import CQL
 from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.dqn import DQN
 from harness.algos.iql import IQL
-from harness.algos.ppo import PPO
+from harness.algos.offpolicy import OffPolicyConfig
+from harness.algos.ppo import PPO, PPOConfig
 from harness.algos.sac import SAC
 from harness.algos.td3 import TD3
 from harness.core.specs import EnvSpec
@@ -43,21 +44,54 @@ def check_observations(name: str, cfg: AlgoConfig, spec: EnvSpec, env_id: str) -
     if not spec.pixels:
         if getattr(cfg, "replay_frames", False):
             raise ValueError(
-                f"algo.replay_frames=true stores stacked image frames once; env.id={env_id} observes state vectors "
-                f"{spec.obs_shape}: drop algo.replay_frames"
+                f"algo.replay_frames=true stores stacked image frames once; env.id={env_id} "
+                f"observes state vectors {spec.obs_shape}: drop algo.replay_frames"
             )
         return
     if not algorithm_for(name, spec).takes_pixels:
         takers = sorted(n for n in ALGOS if algorithm_for(n, spec).takes_pixels)
         raise ValueError(
-            f"env.id={env_id} observes images {spec.obs_shape}, and algo={name} takes state vectors only (its critics "
-            f"take an observation and an action together, through MLPs). For images use algo={' or algo='.join(takers)}"
+            f"env.id={env_id} observes images {spec.obs_shape}, and algo={name} takes state "
+            "vectors only (its critics take an observation and an action together, through "
+            f"MLPs). For images use algo={' or algo='.join(takers)}"
         )
     if cfg.normalize_obs:
         raise ValueError(
-            f"algo.normalize_obs=true with images ({env_id}): an image's bytes are scaled by 1/255 inside the network; "
-            "drop algo.normalize_obs"
+            f"algo.normalize_obs=true with images ({env_id}): an image's bytes are scaled by "
+            "1/255 inside the network; drop algo.normalize_obs"
         )
+
+
+def check_trainers(name: str, cfg: AlgoConfig, trainers: int, mode: str) -> None:
+    """Refuse, saying what to do, how ``algo=name`` cannot be trained: on several trainers (it
+    averages no gradients, or its batch does not split over them), or with async collectors
+    (a reward scale that needs each env's rewards in order)."""
+    if trainers > 1 and not ALGOS[name].data_parallel_trainers:
+        raise ValueError(
+            f"topology.trainers={trainers}: algo={name} learns on one trainer. Offline "
+            "algorithms take gradient steps on a dataset while collectors only evaluate, so more "
+            "trainers add no data, and their loop does not average gradients yet. Use "
+            "topology.trainers=1 (add collector ranks to evaluate more)"
+        )
+    if trainers > 1 and isinstance(cfg, OffPolicyConfig) and cfg.batch_size % trainers:
+        raise ValueError(
+            f"algo.batch_size={cfg.batch_size} cannot be split over topology.trainers={trainers} "
+            f"(each samples batch_size / {trainers} from its own replay): use a multiple of "
+            f"{trainers}, e.g. algo.batch_size={cfg.batch_size // trainers * trainers or trainers}"
+        )
+    if getattr(cfg, "normalize_reward", False) and mode != "sync":
+        raise ValueError(
+            "algo.normalize_reward=true with collector.mode=async: the reward scale follows each "
+            "env's discounted return, round by round, which only sync mode delivers in order. "
+            "Use collector.mode=sync."
+        )
+
+
+def settle_defaults(cfg: AlgoConfig, mode: str, pipeline: bool) -> None:
+    """The settings whose default follows how collectors act: PPO's ``vtrace`` (null) is on where
+    frames are older than the weights (``collector.mode=async`` or ``collector.pipeline``)."""
+    if isinstance(cfg, PPOConfig) and cfg.vtrace is None:
+        cfg.vtrace = mode == "async" or pipeline
 
 
 __all__ = [
@@ -68,4 +102,7 @@ __all__ = [
     "Policy",
     "algorithm_for",
     "check_observations",
+    "check_trainers",
+    "part_of",
+    "settle_defaults",
 ]

@@ -41,9 +41,8 @@ class AlgoConfig:
     # Normalise observations by running statistics that trainers update and publish with the policy
     # (algos/normalize.py).
     normalize_obs: bool = False
-    obs_clip: float = ranged(
-        10.0, POSITIVE
-    )  # normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10)
+    # Normalised observations are clipped to [-obs_clip, obs_clip] (CleanRL: 10).
+    obs_clip: float = ranged(10.0, POSITIVE)
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_DTYPES:
@@ -116,6 +115,21 @@ class NormalizedPolicy(Policy):
         return self.policy(self.obs_norm(obs), values, deterministic)
 
 
+# Statistics, not weights (checkpoint.init_with's "normalizer"): ``Algorithm.stateful``'s
+# observation normaliser and PPO's reward scaler.
+NORMALIZERS = ("obs_norm", "reward_scaler")
+
+
+def part_of(name: str, value: Any) -> str:
+    """What an entry of an algorithm's ``state_dict`` is: an ``optimizer``'s state, a
+    ``normalizer``'s statistics, a network's ``weights``, or a ``counter`` (``gradient_steps``)."""
+    if isinstance(value, dict) and {"state", "param_groups"} <= value.keys():
+        return "optimizer"
+    if name in NORMALIZERS:
+        return "normalizer"
+    return "weights" if isinstance(value, dict) else "counter"
+
+
 class Stateful(Protocol):
     """What a checkpoint holds: a module or an optimiser, by its ``state_dict``."""
 
@@ -172,9 +186,7 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         self.cfg, self.spec, self.total_frames = cfg, spec, total_frames
         self.ddp_group = ddp_group  # the trainers' own group when there are several
         self.device = torch.device(device)  # where networks live and batches are moved to
-        self.to_device = HostToDevice(
-            self.device
-        )  # each update's batch, once, through pinned memory
+        self.to_device = HostToDevice(self.device)  # each update's batch, once, via pinned memory
         self.amp_dtype = AMP_DTYPES[cfg.amp]
         self.gradient_steps = 0  # optimiser steps of the main loss taken by this process
         # What collectors run (``make_models``'), trained here; packed into one buffer before any
@@ -184,12 +196,10 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         }
         pack_parameters_(nn.ModuleDict(self.models))
         self.policy = cast(PolicyT, self.models["policy"])
-        self.obs_norm = cast(
-            Optional[ObsNormalizer], self.models.get("obs_norm")
-        )  # updated by ``update``, from raw frames
-        if (
-            self.compile_by_default if cfg.compile is None else cfg.compile
-        ):  # compiled lazily, at the first call
+        # Updated by ``update``, from raw frames.
+        self.obs_norm = cast(Optional[ObsNormalizer], self.models.get("obs_norm"))
+        # Compiled lazily, at the first call.
+        if self.compile_by_default if cfg.compile is None else cfg.compile:
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 
@@ -216,6 +226,31 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         total = value.detach().clone()
         dist.all_reduce(total, group=self.ddp_group)
         return total / dist.get_world_size(self.ddp_group)
+
+    @classmethod
+    def check_dataset(cls, name: str, dataset: Optional[str]) -> None:
+        """Refuse ``dataset=``: an online algorithm collects its own data (an offline one needs a
+        dataset: :class:`~harness.algos.offline.OfflineAlgorithm`)."""
+        if dataset:
+            raise ValueError(
+                f"dataset= is for offline algorithms (iql, cql); algo={name} collects its own data"
+            )
+
+    @classmethod
+    def refuses_joining(cls, name: str) -> Optional[str]:
+        """Why collectors of other launches cannot join a run of ``algo=name``; None: they can."""
+        return None
+
+    @classmethod
+    def update_takes_a_round(cls, mode: str) -> bool:
+        """One update learns from a batch of each of a trainer's collectors (``collector.mode``
+        sync), so that their number decides what an update learns from."""
+        return mode == "sync"
+
+    def gradient_steps_in(self, updates: int) -> Optional[int]:
+        """The gradient steps that ``updates`` updates took where the one fixes the other; None
+        where it does not (an update of a round takes several, or none while a replay fills)."""
+        return None
 
     @classmethod
     @abc.abstractmethod
@@ -301,6 +336,5 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
     def load_state_dict(self, state: dict) -> None:
         for name, obj in self.stateful().items():
             obj.load_state_dict(state[name])
-        self.gradient_steps = int(
-            state.get("gradient_steps", 0)
-        )  # older checkpoints lack it (TrainerState)
+        # Older checkpoints lack it (TrainerState).
+        self.gradient_steps = int(state.get("gradient_steps", 0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import torch
 from tensordict import TensorDict
@@ -24,9 +24,8 @@ from harness.algos.base import AlgoConfig, Algorithm, PolicyT
 from harness.algos.ranges import AT_LEAST_ONE, POSITIVE, UNIT, ranged
 from harness.core.specs import EnvSpec
 
-STATISTICS_CHUNK = (
-    100_000  # observations per pass of the normaliser's statistics: bounded memory on big datasets
-)
+# Observations per pass of the normaliser's statistics: bounded memory on big datasets.
+STATISTICS_CHUNK = 100_000
 
 
 @dataclass
@@ -51,19 +50,38 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
 
     offline = True
 
-    def __init__(
-        self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any
-    ):  # the rest as Algorithm's
+    # The rest of the arguments as Algorithm's.
+    def __init__(self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.data: TensorDict | None = None
+
+    @classmethod
+    def check_dataset(cls, name: str, dataset: Optional[str]) -> None:
+        """Refuse a run without ``dataset=``, saying how to write one."""
+        if not dataset:
+            raise ValueError(
+                f"algo={name} learns from a dataset: add dataset=<path>. Write one with "
+                "`python -m harness.cli.dataset env=<env> policy=<run dir> out=<path>` "
+                "(docs/offline.md)"
+            )
+
+    @classmethod
+    def refuses_joining(cls, name: str) -> Optional[str]:
+        return f"algo={name} learns from a dataset: there is nothing to collect"
+
+    @classmethod
+    def update_takes_a_round(cls, mode: str) -> bool:
+        return False  # an update is a gradient step on the dataset; collectors only evaluate
+
+    def gradient_steps_in(self, updates: int) -> Optional[int]:
+        return updates  # an update is one gradient step
 
     def use_dataset(self, data: TensorDict) -> None:
         """The transitions to learn from (memory-mapped is fine: only samples are read, and with
         ``algo.normalize_obs`` the observations once, in chunks, for their statistics)."""
         self.data = data
-        if (
-            self.obs_norm is not None
-        ):  # the same statistics on every call: a resumed run recomputes what it saved
+        # The same statistics on every call: a resumed run recomputes what it saved.
+        if self.obs_norm is not None:
             self.obs_norm.reset()
             for chunk in data["obs"].split(STATISTICS_CHUNK):
                 self.obs_norm.update(chunk)

@@ -100,11 +100,10 @@ def settings(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:
         if isinstance(node, DictConfig):
             rows += settings(node, f"{name}.")
         else:
-            value = (
-                OmegaConf.to_container(node, resolve=False)
-                if OmegaConf.is_list(node)
-                else node._value()
-            )  # type: ignore[union-attr]
+            if OmegaConf.is_list(node):
+                value = OmegaConf.to_container(node, resolve=False)
+            else:
+                value = node._value()  # type: ignore[union-attr]
             rows.append((name, _show(value), docs.get(str(key), "")))
     return rows
 
@@ -140,7 +139,8 @@ def unknown_setting(full_key: str, owner: type | None) -> str:
     )
     near = _nearest(name, fields)
     hint = f"; did you mean {section + '.' if section else ''}{near}?" if near else "."
-    return f"{full_key}: no such setting{' in ' + section if section else ''}{hint} (--help lists every setting)"
+    where = f" in {section}" if section else ""
+    return f"{full_key}: no such setting{where}{hint} (--help lists every setting)"
 
 
 def unknown_option(group: str, option: str) -> str:

@@ -15,12 +15,12 @@ from typing import Any, Optional, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.algos import ALGOS, algorithm_for, check_observations
-from harness.algos.offpolicy import OffPolicyConfig
+from harness.algos import ALGOS, algorithm_for, check_observations, check_trainers, settle_defaults
 from harness.collect.config import CollectorConfig
 from harness.collect.envs import check_env_id, env_spec
 from harness.config import plugins, resolvers
 from harness.core.checkpoint import CheckpointConfig
+from harness.core.specs import EnvSpec
 from harness.distributed.placement import check_placement
 from harness.metrics.video import check_video_support
 from harness.sync import SCHEMES
@@ -41,9 +41,8 @@ class TopologyConfig:
 class TrainerConfig:
     """Where trainer ranks compute (harness/distributed/placement.py)."""
 
-    device: str = (
-        "auto"  # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
-    )
+    # auto: a GPU when the node has one (one per trainer, by local rank), else cpu
+    device: str = "auto"
     # auto: OMP_NUM_THREADS if set (scripts/*.sh and torchrun set 1), else the node's cores left
     # after one per collector, shared by its trainers; all: every core of the node, shared by its
     # trainers (sync rounds: the collectors wait while they learn)
@@ -63,6 +62,10 @@ class EnvConfig:
     def __post_init__(self) -> None:
         check_env_id(self.id)
 
+    def spec(self) -> EnvSpec:
+        """The env's spaces and time limit, read from one env made for the purpose."""
+        return env_spec(self.id, self.max_episode_steps)
+
 
 @dataclass
 class EvalConfig:
@@ -78,7 +81,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.every_frames < 0 or self.episodes < 1:
             raise ValueError(
-                f"eval.every_frames must be >= 0 and eval.episodes >= 1; got {self.every_frames}, {self.episodes}"
+                "eval.every_frames must be >= 0 and eval.episodes >= 1; got "
+                f"{self.every_frames}, {self.episodes}"
             )
         if self.video_every < 0:
             raise ValueError(
@@ -96,36 +100,31 @@ class LoggerConfig:
     """Trainer 0's metrics: always a CSV in the run directory and console progress; wandb and
     TensorBoard on request."""
 
-    backends: list[str] = field(
-        default_factory=lambda: ["csv"]
-    )  # any of csv, wandb, tensorboard; metrics.csv is written regardless
-    log_every_frames: int = (
-        10_000  # one row (CSV, wandb, TensorBoard, console figures) per this many frames
-    )
+    # any of csv, wandb, tensorboard; metrics.csv is written regardless
+    backends: list[str] = field(default_factory=lambda: ["csv"])
+    # one row (CSV, wandb, TensorBoard, console figures) per this many frames
+    log_every_frames: int = 10_000
     # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
     console: bool = True
-    mode: str = (
-        "online"  # wandb: online | offline (no network; upload later with wandb sync) | disabled
-    )
+    # wandb: online | offline (no network; upload later with wandb sync) | disabled
+    mode: str = "online"
     project: str = "harness"  # wandb project
     entity: Optional[str] = None  # wandb team or user; default: the logged-in user's
-    group: Optional[str] = (
-        # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a
-        # sweep's runs
-        None
-    )
+    # wandb group; default: the experiment preset's name (else <algo>-<env>), shared by a sweep's
+    # runs
+    group: Optional[str] = None
     name: Optional[str] = None  # wandb run name; default: the run directory's name
-    tags: list[str] = field(
-        default_factory=list
-    )  # wandb tags, after the algo, env and sync scheme (always tagged)
+    # wandb tags, after the algo, env and sync scheme (always tagged)
+    tags: list[str] = field(default_factory=list)
     init_timeout_s: float = 60.0  # give up on reaching wandb after this long (training goes on)
 
     def __post_init__(self) -> None:
         unknown = [b for b in self.backends if b not in LOGGER_BACKENDS]
         if unknown:
             raise ValueError(
-                f"logger.backends={list(self.backends)}: {unknown} unknown; choose from {list(LOGGER_BACKENDS)}, "
-                "e.g. logger.backends=[csv,wandb,tensorboard] (or logger=wandb / logger=tensorboard)"
+                f"logger.backends={list(self.backends)}: {unknown} unknown; choose from "
+                f"{list(LOGGER_BACKENDS)}, e.g. logger.backends=[csv,wandb,tensorboard] (or "
+                "logger=wandb / logger=tensorboard)"
             )
         if self.mode not in ("online", "offline", "disabled"):
             raise ValueError(f"logger.mode={self.mode!r}: choose online, offline or disabled")
@@ -155,62 +154,35 @@ class Config:
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
-    dataset: Optional[str] = (
-        # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
-        None
-    )
+    # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+    dataset: Optional[str] = None
 
     def __post_init__(self) -> None:
-        self._check_dataset()
+        ALGOS[self.algo.name].check_dataset(self.algo.name, self.dataset)
         if self.seed < 0:
             # Every rank derives its seeds from this one (rank r's envs: seed + r * num_envs
             # onwards), and gymnasium refuses a negative seed only when the first env is reset, on
             # one rank.
             raise ValueError(
-                f"seed={self.seed}: seeds must be >= 0, since every rank's envs and networks derive theirs "
-                "from it: pick seed=0 or more"
+                f"seed={self.seed}: seeds must be >= 0, since every rank's envs and networks "
+                "derive theirs from it: pick seed=0 or more"
             )
         self._check_run_name()
         if self.dist_timeout_s <= 0:
             raise ValueError(
-                f"dist_timeout_s must be > 0 (seconds a rank waits for its peers), got {self.dist_timeout_s}"
+                "dist_timeout_s must be > 0 (seconds a rank waits for its peers), got "
+                f"{self.dist_timeout_s}"
             )
-        self._check_trainers()
+        check_trainers(self.algo.name, self.algo, self.topology.trainers, self.collector.mode)
         self._check_join()
         if self.collector.max_restarts and SCHEMES[self.sync.name].gpu_collectors:
             raise ValueError(
-                f"collector.max_restarts={self.collector.max_restarts} with sync={self.sync.name}: a replaceable "
-                "collector takes its weights from its rank through the node's shared memory, and NCCL delivers them "
-                "into each collector's GPU, in a group fixed when the job starts. Use sync=gloo, shm or hierarchical"
+                f"collector.max_restarts={self.collector.max_restarts} with sync={self.sync.name}: "
+                "a replaceable collector takes its weights from its rank through the node's shared "
+                "memory, and NCCL delivers them into each collector's GPU, in a group fixed when "
+                "the job starts. Use sync=gloo, shm or hierarchical"
             )
-        if (
-            self.algo.name == "ppo" and self.algo.vtrace is None
-        ):  # V-trace where frames are older than the weights
-            self.algo.vtrace = self.collector.mode == "async" or self.collector.pipeline
-
-    def _check_trainers(self) -> None:
-        trainers = self.topology.trainers
-        if trainers > 1 and not ALGOS[self.algo.name].data_parallel_trainers:
-            raise ValueError(
-                f"topology.trainers={trainers}: algo={self.algo.name} learns on one trainer. Offline algorithms take "
-                "gradient steps on a dataset while collectors only evaluate, so more trainers add no data, and their "
-                "loop does not average gradients yet. Use topology.trainers=1 (add collector ranks to evaluate more)"
-            )
-        if (
-            trainers > 1
-            and isinstance(self.algo, OffPolicyConfig)
-            and self.algo.batch_size % trainers
-        ):
-            raise ValueError(
-                f"algo.batch_size={self.algo.batch_size} cannot be split over topology.trainers={trainers} (each samples "
-                f"batch_size / {trainers} from its own replay): use a multiple of {trainers}, e.g. "
-                f"algo.batch_size={self.algo.batch_size // trainers * trainers or trainers}"
-            )
-        if getattr(self.algo, "normalize_reward", False) and self.collector.mode != "sync":
-            raise ValueError(
-                "algo.normalize_reward=true with collector.mode=async: the reward scale follows each env's "
-                "discounted return, round by round, which only sync mode delivers in order. Use collector.mode=sync."
-            )
+        settle_defaults(self.algo, self.collector.mode, self.collector.pipeline)
 
     def _check_join(self) -> None:
         port = self.topology.join_port
@@ -220,38 +192,33 @@ class Config:
             raise ValueError(
                 f"topology.join_port={port}: a TCP port is 1-65535 (0: no collectors join)"
             )
-        why = None
+        why: Optional[str]
         if self.collector.mode != "async":
-            why = "collector.mode=sync: a round takes one batch from each of the job's collectors; use collector.mode=async"
+            why = (
+                "collector.mode=sync: a round takes one batch from each of the job's collectors; "
+                "use collector.mode=async"
+            )
         elif self.topology.trainers != 1:
-            why = "several trainers learn from equal shares of the frames, which collectors that come and go would upset"
-        elif ALGOS[self.algo.name].offline:
-            why = f"algo={self.algo.name} learns from a dataset: there is nothing to collect"
+            why = (
+                "several trainers learn from equal shares of the frames, which collectors that "
+                "come and go would upset"
+            )
+        else:
+            why = ALGOS[self.algo.name].refuses_joining(self.algo.name)
         if why:
             raise ValueError(f"topology.join_port={port}: collectors cannot join this job: {why}")
-
-    def _check_dataset(self) -> None:
-        offline = ALGOS[self.algo.name].offline
-        if offline and not self.dataset:
-            raise ValueError(
-                f"algo={self.algo.name} learns from a dataset: add dataset=<path>. Write one with "
-                f"`python -m harness.cli.dataset env=<env> policy=<run dir> out=<path>` (docs/offline.md)"
-            )
-        if not offline and self.dataset:
-            raise ValueError(
-                f"dataset= is for offline algorithms (iql, cql); algo={self.algo.name} collects its own data"
-            )
 
     def _check_run_name(self) -> None:
         name = self.run_name
         if name is not None and (not name or name in (".", "..") or "/" in name):
             raise ValueError(
-                f"run_name={name!r}: a run's name is one folder name under runs_root={self.runs_root}; for a path, "
-                f"give run_dir={name or 'PATH'} instead"
+                f"run_name={name!r}: a run's name is one folder name under "
+                f"runs_root={self.runs_root}; for a path, give run_dir={name or 'PATH'} instead"
             )
         if name and self.run_dir:
             raise ValueError(
-                f"run_name={name} and run_dir={self.run_dir} both name the run directory: give one of them"
+                f"run_name={name} and run_dir={self.run_dir} both name the run directory: give one "
+                "of them"
             )
 
     @property
@@ -269,9 +236,8 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, algo in ALGOS.items():
-        cs.store(
-            group="schema/algo", name=name, node=algo.Config
-        )  # out of algo/: not a choice of its own
+        # Out of algo/: not a choice of its own.
+        cs.store(group="schema/algo", name=name, node=algo.Config)
 
 
 def _keys(node: Any, prefix: str = "") -> set[str]:
@@ -294,8 +260,9 @@ def check_known_keys(cfg: DictConfig, typed: Config) -> None:
             for k in unknown
         ]
         raise ValueError(
-            f"unknown config keys: {', '.join(hints)}. Every setting is declared in harness/config/schema.py "
-            "or its algorithm's file; check the spelling, and drop a leading +"
+            f"unknown config keys: {', '.join(hints)}. Every setting is declared in "
+            "harness/config/schema.py or its algorithm's file; check the spelling, and drop a "
+            "leading +"
         )
 
 
@@ -303,7 +270,8 @@ def load(cfg: DictConfig) -> Config:
     """The composed config as typed objects; runs every ``__post_init__`` check."""
     if cfg.get("algo") is None or cfg.algo.get("name") not in ALGOS:
         raise ValueError(
-            f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of {sorted(ALGOS)}"
+            f"algo={cfg.get('algo', {}).get('name')!r} is not an algorithm; choose one of "
+            f"{sorted(ALGOS)}"
         )
     typed = cast(Config, OmegaConf.to_object(cfg))  # composed on base_config: a Config
     check_known_keys(cfg, typed)
@@ -315,6 +283,6 @@ def check_algo_fits_env(cfg: Config) -> None:
     """Before any process group: build the policy once, so that an algorithm
     given an action space it cannot act in (``algo=sac env=cartpole``) is
     refused by its own message now, not on every rank later."""
-    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    spec = cfg.env.spec()
     check_observations(cfg.algo.name, cfg.algo, spec, cfg.env.id)
     algorithm_for(cfg.algo.name, spec).make_policy(cfg.algo, spec)

@@ -17,14 +17,13 @@ from harness.collect.rollout import RolloutCollector
 from harness.config import Config
 from harness.core.specs import EnvSpec
 from harness.data.channel import BatchSender
-from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
+from harness.roles.pacing import Pacing, stamp_stop_request
 from harness.sync import WeightSubscriber, make_subscriber
 
-REPLACEMENT_SEED = (
-    1_000_003  # a replaced worker's seeds move this far per replacement: new episodes, new actions
-)
+# A replaced worker's seeds move this far per replacement: new episodes, new actions.
+REPLACEMENT_SEED = 1_000_003
 
 
 class Outlet(Protocol):
@@ -110,41 +109,33 @@ def collect_loop(
     outlet: Outlet,
     evaluation: Optional[PeriodicEvaluation],
 ) -> None:
-    """Batches acted with the newest weights, into ``outlet``, until the trainer's stop."""
-    streaming = cfg.collector.mode == "async"
-    header = subscriber.wait(min_version=0)
-    if (
-        header.frames
-    ):  # a resumed run, or a replaced worker: new episodes, not a replay of earlier ones
+    """Batches acted with the weights :class:`~harness.roles.pacing.Pacing` names, into
+    ``outlet``, until the trainer's stop."""
+    pacing = Pacing(cfg, subscriber)
+    header = pacing.first()
+    # A resumed run, or a replaced worker: new episodes, not a replay of earlier ones.
+    if header.frames:
         collector.reset(collector.seed + header.frames)
-    first_round, waited_s = True, 0.0
+    waited_s = 0.0
     while not header.stop:
-        if streaming:  # the newest weights before every env step
-            batch = collector.collect(
-                header, refresh=lambda: subscriber.poll() or subscriber.current_header()
-            )
+        if pacing.streaming:  # the newest weights before every env step
+            batch = collector.collect(header, refresh=pacing.newest)
         else:
             batch = collector.collect(header)
         if evaluation is not None:
-            if streaming:  # no wait to hide it in: it holds up this batch
+            if pacing.streaming:  # no wait to hide it in: it holds up this batch
                 evaluation.run_if_due(subscriber.current_header())
             evaluation.stamp(batch)
-        batch["stats", "preempt"].fill_(signals.requested())
+        stamp_stop_request(batch)
         batch["stats", "wait_s"].fill_(waited_s)
         waiting_since = time.perf_counter()
-        if streaming:
-            outlet.send(batch, while_waiting=subscriber.poll)
-            header = subscriber.poll() or subscriber.current_header()
-        else:
-            outlet.send(batch)
-            if (
-                evaluation is not None
-            ):  # while the trainer learns from the batch: weights change only in wait()
-                waiting_since += evaluation.run_if_due(header)  # the result rides on the next batch
-            # The next version; pipelined, the first two rounds share one.
-            again = cfg.collector.pipeline and first_round
-            header = subscriber.wait(min_version=header.version if again else header.version + 1)
-        first_round, waited_s = False, time.perf_counter() - waiting_since
+        outlet.send(batch, while_waiting=pacing.while_waiting)
+        if evaluation is not None and not pacing.streaming:
+            # While the trainer learns from the batch (weights change only in the wait); the
+            # result rides on the next batch.
+            waiting_since += evaluation.run_if_due(header)
+        header = pacing.next(header)
+        waited_s = time.perf_counter() - waiting_since
     outlet.send_last(collector.batch)
 
 

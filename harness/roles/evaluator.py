@@ -14,7 +14,6 @@ from tensordict import TensorDict
 
 from harness.algos import algorithm_for
 from harness.algos.base import Algorithm
-from harness.collect.envs import env_spec
 from harness.collect.evaluate import Evaluation, eval_seed, video_schedule
 from harness.collect.rollout import STATS
 from harness.config import Config
@@ -42,7 +41,7 @@ def eval_message() -> TensorDict:
 
 def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Evaluation:
     """``eval.episodes`` envs and a policy that ``subscriber`` keeps current."""
-    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
+    spec = cfg.env.spec()
     algo = algorithm_for(cfg.algo.name, spec)
     models = algo.make_models(cfg.algo, spec)
     subscriber.connect(models, algo.header_values)

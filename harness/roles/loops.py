@@ -6,21 +6,17 @@ and reaches the trainer through :class:`TrainerSteps` alone. Every update goes
 ``learned`` (counted), then maybe ``publish``, then ``end_update`` (the safe
 point: checkpoints, log rows). Each loop runs until ``stopping`` (budget spent,
 or asked to stop); :meth:`~harness.roles.trainer.Trainer.run` then ends the run.
-:func:`for_run` picks the loop from the config.
+The run's kind picks the loop and its settings (:meth:`~harness.roles.kinds.RunKind.loop`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
 from tensordict import TensorDict
-
-from harness.algos import ALGOS
-from harness.config import Config
-from harness.distributed.topology import Layout
 
 
 class TrainerSteps(Protocol):
@@ -128,21 +124,3 @@ def offline_steps(trainer: TrainerSteps, publish_every: int, wait_bound_s: float
             sync_ms, published_at = trainer.publish(), time.monotonic()
         trainer.evaluations(wait=trainer.done)
         trainer.end_update(metrics, sync_ms)
-
-
-def for_run(cfg: Config, layout: Layout, offline: bool) -> Callable[[TrainerSteps], None]:
-    """The loop of a run: offline gradient steps, async streaming or sync rounds,
-    with the settings it needs read here, once."""
-    collectors, trainers = len(layout.collector_ranks), layout.trainers
-    if offline:
-        wait_bound_s = min(cfg.sync.timeout_s, cfg.dist_timeout_s)
-        return lambda trainer: offline_steps(trainer, cfg.sync.publish_every_updates, wait_bound_s)
-    if cfg.collector.mode == "async":
-        # On-policy: a round's frames an update, as in sync mode; replay algorithms: each batch as
-        # it comes.
-        per_update = max(len(layout.collectors_of(0)), 1) if ALGOS[cfg.algo.name].on_policy else 1
-        return lambda trainer: async_stream(
-            trainer, trainers, cfg.sync.publish_every_updates, per_update
-        )
-    frames_per_round = cfg.collector.frames_per_batch * max(collectors, 1)
-    return lambda trainer: sync_rounds(trainer, frames_per_round, cfg.collector.pipeline)

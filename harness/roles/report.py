@@ -5,7 +5,8 @@ The summary is one short block, plain text (a log file reads it as a terminal
 does), printed once the progress bar is gone, when the run finished or was
 stopped (a signal, a collector's preemption): how far it got, in how long, the
 latest returns, the run directory, and the commands that come next, ready to
-paste: plot it, evaluate its checkpoint, resume it (or train on).
+paste: plot it and evaluate its checkpoint (the ``harness`` console script's
+verbs), resume it (or train on).
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import sys
 from pathlib import Path
 
 from harness.algos import Algorithm
-from harness.algos.offpolicy import OffPolicyAlgorithm
 from harness.distributed import signals
 from harness.metrics.console import Figures, clock
 from harness.metrics.logger import MetricsLogger
 from harness.sync import WeightPublisher
 
 log = logging.getLogger("harness")
-ROOT = Path(__file__).resolve().parents[2]  # the checkout, whose scripts/ the summary names
 
 
 def stop_reason() -> str:
@@ -46,12 +45,12 @@ def resume_hint(run_dir: Path, run_name: str | None) -> str:
 def warn_frozen_weights(algo: Algorithm, publisher: WeightPublisher | None) -> None:
     """Trainer 0, at start-up: an on-policy algorithm whose collectors never
     get new weights (``sync=none``) learns from frames its weights did not choose."""
-    on_policy = not algo.offline and not isinstance(algo, OffPolicyAlgorithm)
-    if publisher is not None and not publisher.delivers_weights and on_policy:
+    if publisher is not None and not publisher.delivers_weights and algo.on_policy:
         log.warning(
-            "sync=none: the collectors keep the weights they start with, but algo=%s learns on-policy: after its first "
-            "update it learns from frames an older policy chose (the progress line's 'gap' counts the versions the "
-            "collectors missed). Use sync=gloo or sync=shm to train; sync=none is for fixed-policy tests",
+            "sync=none: the collectors keep the weights they start with, but algo=%s learns "
+            "on-policy: after its first update it learns from frames an older policy chose (the "
+            "progress line's 'gap' counts the versions the collectors missed). Use sync=gloo or "
+            "sync=shm to train; sync=none is for fixed-policy tests",
             algo.cfg.name,
         )
 
@@ -67,14 +66,16 @@ def version_gap(
     return {"sync/version_gap": version - first_version}
 
 
-def python() -> str:
-    """``python`` where that is this interpreter (its packages: the harness's), else its path."""
-    found = shutil.which("python")
-    return (
-        "python"
-        if found and Path(found).absolute() == Path(sys.executable).absolute()
-        else sys.executable
-    )
+def as_typed(name: str, path: Path) -> str:
+    """``name`` where the command a shell finds by that name is ``path``, else ``path``."""
+    found = shutil.which(name)
+    return name if found and Path(found).absolute() == path.absolute() else str(path)
+
+
+def harness_command() -> str:
+    """``harness`` where that is the console script beside this interpreter (the one that runs
+    with the harness's packages), else that script's path."""
+    return as_typed("harness", Path(sys.executable).parent / "harness")
 
 
 def returns_text(figures: Figures) -> str | None:
@@ -83,9 +84,8 @@ def returns_text(figures: Figures) -> str | None:
     if "train/episode_return" in values:
         parts.append(f"train {values['train/episode_return']:.1f}")
     if "eval/return" in values:
-        parts.append(
-            f"eval {values['eval/return']:.1f} ({'final weights' if figures.eval_final else 'latest evaluation'})"
-        )
+        which = "final weights" if figures.eval_final else "latest evaluation"
+        parts.append(f"eval {values['eval/return']:.1f} ({which})")
     return " | ".join(parts) or None
 
 
@@ -96,10 +96,10 @@ def print_summary(
     step: int,
     total: int,
     finished: bool,
-    offline: bool,
+    budget: str,
 ) -> None:
     """:func:`summary`, printed at once: the last thing the run says."""
-    print(summary(logger, run_dir, run_name, step, total, finished, offline), flush=True)
+    print(summary(logger, run_dir, run_name, step, total, finished, budget), flush=True)
 
 
 def summary(
@@ -109,28 +109,25 @@ def summary(
     step: int,
     total: int,
     finished: bool,
-    offline: bool,
+    budget: str,
 ) -> str:
-    """The block that ends a run at ``step`` of ``total``."""
+    """The block that ends a run at ``step`` of ``total``; ``budget``: the setting that set
+    ``total`` (``collector.total_frames``), for training on."""
     unit = logger.step.replace("_", " ")
     ended = "run finished" if finished else f"run stopped ({stop_reason()})"
-    seconds = (
-        logger.seconds()
-    )  # the run's clock (metrics.csv's time_s): a resumed run's earlier launches count
+    # The run's clock (metrics.csv's time_s): a resumed run's earlier launches count.
+    seconds = logger.seconds()
     took = f"{seconds:.1f} s" if seconds < 60 else clock(seconds)
     lines = [f"{ended}: {unit} {step:,} of {total:,}, trained for {took}"]
     if returns := returns_text(logger.figures):
         lines.append(f"  return:   {returns}")
     where = shlex.quote(str(run_dir))
     lines.append(f"  run_dir:  {where}")
-    plot = ROOT / "scripts" / "plot.sh"
-    if plot.exists():  # a checkout's, not an installed package's
-        lines.append(
-            f"  plot:     {shlex.quote(str(plot))} {where} --out {shlex.quote(str(run_dir / 'curves.png'))}"
-        )
-    lines.append(f"  evaluate: {shlex.quote(python())} -m harness.cli.evaluate {where}")
+    harness = shlex.quote(harness_command())
+    curves = shlex.quote(str(run_dir / "curves.png"))
+    lines.append(f"  plot:     {harness} plot {where} --out {curves}")
+    lines.append(f"  evaluate: {harness} evaluate {where}")
     if finished:
-        budget = "algo.gradient_steps" if offline else "collector.total_frames"
         lines.append(f"  train on: {resume_hint(run_dir, run_name)} {budget}={2 * total}")
     else:
         lines.append(f"  resume:   {resume_hint(run_dir, run_name)}")

@@ -1,8 +1,21 @@
-"""When a trainer writes a log row, and the rates in it."""
+"""A trainer's log rows: when one is due, the rates in it, what it gathers between rows, and
+trainer 0's log that writes it."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Optional, cast
+
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+from harness.config import Config
+from harness.metrics.logger import MetricsLogger
+from harness.metrics.stats import EvalStats, RolloutStats
+
+# The rates of collected frames, which only a run that collects has.
+FRAME_RATES = ("collect/frames_per_s", "train/idle_fraction")
 
 
 class RowClock:
@@ -17,22 +30,65 @@ class RowClock:
         return step >= self.next
 
     def rates(
-        self, step: int, frames: int, updates: int, offline: bool, waited_s: float = 0.0
+        self, step: int, frames: int, updates: int, waited_s: float = 0.0
     ) -> dict[str, float]:
-        """The rates since the previous row (offline runs collect no frames), and the share of that
-        time a trainer spent waiting for batches (``waited_s``); the next row is due ``every`` steps
-        on."""
+        """The rates since the previous row (:data:`FRAME_RATES`, then updates), with the share of
+        that time a trainer spent waiting for batches (``waited_s``); the next row is due ``every``
+        steps on."""
         now = time.monotonic()
         started, frames_then, updates_then = self.since
         elapsed = now - started
-        row = (
-            {}
-            if offline
-            else {
-                "collect/frames_per_s": (frames - frames_then) / elapsed,
-                "train/idle_fraction": waited_s / elapsed,
-            }
-        )
-        row["train/updates_per_s"] = (updates - updates_then) / elapsed
+        row = {
+            "collect/frames_per_s": (frames - frames_then) / elapsed,
+            "train/idle_fraction": waited_s / elapsed,
+            "train/updates_per_s": (updates - updates_then) / elapsed,
+        }
         self.next, self.since = step + self.every, (now, frames, updates)
         return row
+
+
+class RowBook:
+    """What a trainer's next row gathers (the rollouts' statistics and the evaluations since the
+    last row), when it is due (``clock``), and trainer 0's ``logger`` (None on other trainers),
+    with the rows it keeps for the run's end."""
+
+    def __init__(self, logger: Optional[MetricsLogger], clock: RowClock):
+        self.logger, self.clock = logger, clock
+        self.stats, self.evals = RolloutStats(), EvalStats()
+        self.final: dict[str, float] | None = None  # the last update's row, written at the end
+        self.last: dict[str, float] = {}  # the newest row written
+
+    def take(self, ddp_group: Optional[dist.ProcessGroup]) -> tuple[RolloutStats, EvalStats]:
+        """The statistics since the last row, summed over the trainers (a collective with several),
+        and the evaluations; the next row gathers anew."""
+        stats, self.stats = self.stats.reduced(ddp_group), RolloutStats()
+        evals, self.evals = self.evals, EvalStats()
+        return stats, evals
+
+    def tick(self, step: int) -> None:
+        """After every update: trainer 0's progress bar moves."""
+        if self.logger is not None:
+            self.logger.tick(step)
+
+    def write(self, step: int, row: dict[str, float]) -> None:
+        """Trainer 0 writes ``row`` at ``step``; other trainers keep nothing."""
+        if self.logger is not None:
+            self.last = row
+            self.logger.log(step, row)
+
+    def close(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+
+
+def open_log(cfg: Config, run_dir: Path, total: int, step: int, unit: str) -> MetricsLogger:
+    """Trainer 0's log of a run of ``total`` steps, named ``unit``, that stands at ``step``. It
+    holds the config as ``config.yaml`` does, interpolations unresolved: no secret reaches wandb
+    either."""
+    saved = run_dir / "config.yaml"
+    config = (
+        cast(dict, OmegaConf.to_container(OmegaConf.load(saved), resolve=False))
+        if saved.exists()
+        else {}
+    )
+    return MetricsLogger(run_dir, total, cfg.logger, config, resume_step=step, step=unit)

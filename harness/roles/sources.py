@@ -6,7 +6,8 @@ a single-process run, from a collector in its own process
 (:class:`InlineCollector`). An offline trainer takes evaluation results
 (:class:`EvaluationSource`): from its collectors, received by a helper thread
 (:class:`RemoteEvaluations`), or evaluated in its own process
-(:class:`InlineEvaluations`).
+(:class:`InlineEvaluations`). The run's kind (:mod:`harness.roles.kinds`) connects
+the one it learns from: :func:`connect_batches` or :func:`connect_evaluations`.
 """
 
 from __future__ import annotations
@@ -85,9 +86,8 @@ class InlineCollector:
 
     def receive_any(self) -> TensorDict:
         self.subscriber.poll()
-        batch = self.collector.collect(
-            self.subscriber.current_header()
-        )  # trainer 0 published version 0 first
+        # Trainer 0 published version 0 first.
+        batch = self.collector.collect(self.subscriber.current_header())
         if self.evaluation is not None:
             self.evaluation.maybe_run(batch, self.subscriber.current_header())
         return batch
@@ -128,9 +128,8 @@ class RemoteEvaluations:
         self.receiver = receiver
         self.cond = threading.Condition()
         self.results: list[EvalResult] = []
-        self.newest = {
-            c: -1 for c in receiver.collectors
-        }  # newest version each collector evaluated
+        # The newest version each collector evaluated.
+        self.newest = {c: -1 for c in receiver.collectors}
         self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._receive, name="eval-receive", daemon=True)
         self.thread.start()
@@ -174,7 +173,8 @@ class RemoteEvaluations:
                 if not self.cond.wait(timeout=max(deadline - time.monotonic(), 0)):
                     late = [c for c, v in self.newest.items() if v < version]
                     raise ChannelError(
-                        f"collector ranks {late} did not evaluate version {version} within {timeout_s:g} s"
+                        f"collector ranks {late} did not evaluate version {version} within "
+                        f"{timeout_s:g} s"
                     )
             self._check()
 
@@ -246,53 +246,65 @@ class Connected:
         source.drain()
 
 
-def connect(
+def connect_batches(
     cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm, frames: int = 0
 ) -> Connected:
-    """Trainer 0's weight publisher, and this trainer's source of batches
-    (online) or evaluations (offline). ``frames``: where a resumed run stands.
-
-    Order matters: every rank connects the sync group first, then the data
-    channel, or two ranks could block on each other's second handshake.
-    """
-    models = algo.published_models()
-    publisher: Optional[WeightPublisher]  # trainer 0's
+    """Trainer 0's weight publisher, and this trainer's collectors' batches (an online run's).
+    ``frames``: where a resumed run stands."""
     if layout.single_process:
-        publisher, subscriber = local_pair(cfg.sync.timeout_s)
-        publisher.connect(models, algo.header_values)
-        if algo.offline:
-            return Connected(
-                publisher,
-                evaluations=InlineEvaluations(make_evaluation(cfg, 0, subscriber), subscriber),
-            )
+        local, subscriber = local_publisher(cfg, algo)
         collector = build_collector(cfg, 0, subscriber)
         if frames:
             collector.reset(cfg.seed + frames)  # a resumed run: new episodes, not a replay
         evaluation = make_periodic_evaluation(cfg, collector, evaluates(layout))
-        return Connected(publisher, batches=InlineCollector(collector, subscriber, evaluation))
-    assert groups is not None
-    if algo.offline:
-        template = eval_message()
-    else:
-        steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
-        policy, spec = algo.acting_policy(models), algo.spec
-        template = batch_template(
-            policy,
-            spec.obs_shape,
-            steps,
-            cfg.collector.num_envs,
-            algo.needs_next_obs,
-            spec.obs_dtype,
-        )
+        return Connected(local, batches=InlineCollector(collector, subscriber, evaluation))
+    steps = cfg.collector.frames_per_batch // cfg.collector.num_envs
+    policy, spec = algo.acting_policy(algo.published_models()), algo.spec
+    template = batch_template(
+        policy, spec.obs_shape, steps, cfg.collector.num_envs, algo.needs_next_obs, spec.obs_dtype
+    )
+    publisher, desk, receiver = connect_channel(cfg, layout, groups, algo, template)
+    return Connected(publisher, batches=receiver if desk is None else JoinedBatches(receiver, desk))
+
+
+def connect_evaluations(
+    cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm
+) -> Connected:
+    """Trainer 0's weight publisher, and the evaluations of what it publishes (an offline run's:
+    its collectors only evaluate)."""
+    if layout.single_process:
+        local, subscriber = local_publisher(cfg, algo)
+        evaluation = make_evaluation(cfg, 0, subscriber)
+        return Connected(local, evaluations=InlineEvaluations(evaluation, subscriber))
+    publisher, desk, receiver = connect_channel(cfg, layout, groups, algo, eval_message())
+    assert desk is None  # Config refuses collectors that join a run of a dataset
+    return Connected(publisher, evaluations=RemoteEvaluations(receiver))
+
+
+def local_publisher(cfg: Config, algo: Algorithm) -> tuple[WeightPublisher, WeightSubscriber]:
+    """World size 1: the publisher, connected, and the subscriber of the collector (or evaluator)
+    in the trainer's own process."""
+    publisher, subscriber = local_pair(cfg.sync.timeout_s)
+    publisher.connect(algo.published_models(), algo.header_values)
+    return publisher, subscriber
+
+
+def connect_channel(
+    cfg: Config, layout: Layout, groups: Optional[Groups], algo: Algorithm, template: TensorDict
+) -> tuple[Optional[WeightPublisher], Optional[JoinDesk], BatchReceiver]:
+    """Trainer 0's weight publisher (with its join desk where ``topology.join_port`` asks for one),
+    then this trainer's end of the data channel, whose messages are like ``template``.
+
+    Order matters: every rank connects the sync group first, then the data
+    channel, or two ranks could block on each other's second handshake.
+    """
+    assert groups is not None  # several processes
     publisher, desk = None, None
     if layout.rank == 0:
         publisher = make_publisher(cfg.sync, layout.rank, groups)
         if cfg.topology.join_port:
             desk = open_join_desk(cfg, publisher, template)
-        publisher.connect(models, algo.header_values)
-    receiver = BatchReceiver(
-        groups.data, layout.rank, layout.collectors_of(layout.rank), template, cfg.dist_timeout_s
-    )
-    if algo.offline:
-        return Connected(publisher, evaluations=RemoteEvaluations(receiver))
-    return Connected(publisher, batches=receiver if desk is None else JoinedBatches(receiver, desk))
+        publisher.connect(algo.published_models(), algo.header_values)
+    collectors = layout.collectors_of(layout.rank)
+    receiver = BatchReceiver(groups.data, layout.rank, collectors, template, cfg.dist_timeout_s)
+    return publisher, desk, receiver

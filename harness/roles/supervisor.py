@@ -49,19 +49,18 @@ from harness.config import Config
 from harness.core.packing import schema
 from harness.core.specs import EnvSpec
 from harness.data.channel import POLL_S, BatchSender
-from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.roles import worker
 from harness.roles.collector import evaluates
+from harness.roles.pacing import Pacing, stamp_stop_request
 from harness.sync import make_subscriber
 from harness.sync.endpoints import Subscriber
 from harness.sync.shared_memory import ShmSink
 
 log = logging.getLogger("harness")
-PRELOAD = [
-    "harness.roles.worker"
-]  # what the fork server imports once, so that a replacement starts in a fork
+# What the fork server imports once, so that a replacement starts in a fork.
+PRELOAD = ["harness.roles.worker"]
 WATCH_S = 0.05  # how often a rank that only waits for its worker looks at its heartbeat
 SIGNAL_HINTS = {
     signal.SIGKILL: "kill -9, or the kernel's OOM killer",
@@ -84,7 +83,10 @@ def describe_exit(code: int | None, error: str | None) -> str:
         hint = SIGNAL_HINTS.get(sig)
         return f"was killed by {sig.name}" + (f" ({hint})" if hint else "")
     if code == HUNG_EXIT:
-        return "stopped itself: an env step outlasted collector.env_step_timeout_s (its log names the env)"
+        return (
+            "stopped itself: an env step outlasted collector.env_step_timeout_s (its log names "
+            "the env)"
+        )
     return f"exited with code {code}"
 
 
@@ -94,9 +96,8 @@ class Incarnation:
 
     process: mp.process.BaseProcess
     conn: Connection
-    heartbeat: (
-        np.ndarray
-    )  # [time of its last env step while collecting (0: not stepping), frames since its last batch]
+    # [time of its last env step while collecting (0: not stepping), frames since its last batch]
+    heartbeat: np.ndarray
     started: float  # time.monotonic()
     ready: bool = False
 
@@ -109,17 +110,15 @@ class Supervisor:
         self.ctx = mp.get_context("forkserver")
         self.ctx.set_forkserver_preload(PRELOAD)
         self.max_restarts, self.watchdog_s = cfg.collector.max_restarts, cfg.collector.watchdog_s
-        self.start_s = max(
-            cfg.dist_timeout_s, self.watchdog_s
-        )  # making the envs: as long as a peer may take to start
+        # Making the envs: as long as a peer may take to start.
+        self.start_s = max(cfg.dist_timeout_s, self.watchdog_s)
         self.restarts = 0
         self.causes: list[str] = []
         self.cause = ""  # how the last worker that failed ended
         self.unreported = [0.0, 0.0]  # restarts and lost frames not yet sent with a batch
         self.delivered = False  # some worker handed over a batch
-        self.relay: tuple[str, bool] | None = (
-            None  # the segment a worker reads weights from, and header_only
-        )
+        # The segment a worker reads weights from, and header_only.
+        self.relay: tuple[str, bool] | None = None
         self.died_at: float | None = None  # when the last replaced worker was found dead
         self.batch: TensorDict | None = None
         self.worker = self._spawn()
@@ -221,17 +220,17 @@ class Supervisor:
         old = self.worker
         old.conn.close()
         self.causes.append(self.cause)
-        if not self.delivered and self.cause.startswith(
-            "raised"
-        ):  # a replacement would raise the same
+        # A worker that raised before any batch: a replacement would raise the same.
+        if not self.delivered and self.cause.startswith("raised"):
             raise CollectorFailed(
-                f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first batch"
+                f"{self.who}: its worker (pid {old.process.pid}) {self.cause}, before its first "
+                "batch"
             )
         if self.restarts >= self.max_restarts:
             causes = "; ".join(f"{i + 1}. {c}" for i, c in enumerate(self.causes))
             raise CollectorFailed(
-                f"{self.who}: its worker failed {len(self.causes)} times, more than collector.max_restarts="
-                f"{self.max_restarts}. The causes, in order: {causes}"
+                f"{self.who}: its worker failed {len(self.causes)} times, more than "
+                f"collector.max_restarts={self.max_restarts}. The causes, in order: {causes}"
             )
         lost = float(old.heartbeat[1])
         self.restarts += 1
@@ -240,10 +239,16 @@ class Supervisor:
         self.died_at = time.monotonic()
         self.worker = self._spawn()
         log.warning(
-            "collector rank %d: its worker (pid %s) %s; replaced by pid %s (restart %d of at most %d), "
-            "%d frames of its unfinished batch lost",
-            self.rank, old.process.pid, self.cause, self.worker.process.pid, self.restarts, self.max_restarts, lost,
-        )  # fmt: skip
+            "collector rank %d: its worker (pid %s) %s; replaced by pid %s (restart %d of at most "
+            "%d), %d frames of its unfinished batch lost",
+            self.rank,
+            old.process.pid,
+            self.cause,
+            self.worker.process.pid,
+            self.restarts,
+            self.max_restarts,
+            lost,
+        )
 
     def take(self, while_waiting: Callable[[], object] | None = None) -> TensorDict | None:
         """The worker's next full batch, stamped with the replacements since the last one; None
@@ -260,8 +265,12 @@ class Supervisor:
                 self._replace()
         assert self.batch is not None  # set by the ready message
         if self.died_at is not None:
-            log.warning("collector rank %d: the replacement's first batch came %.2f s after its worker's death was noticed",
-                        self.rank, time.monotonic() - self.died_at)  # fmt: skip
+            log.warning(
+                "collector rank %d: the replacement's first batch came %.2f s after its worker's "
+                "death was noticed",
+                self.rank,
+                time.monotonic() - self.died_at,
+            )
             self.died_at = None
         stats = self.batch["stats"]
         stats["collector_restarts"].fill_(self.unreported[0])
@@ -306,27 +315,16 @@ def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> Non
         sender = BatchSender(
             groups.data, rank, layout.trainer_of(rank), supervisor.batch, cfg.dist_timeout_s
         )
-        poll = subscriber.poll if cfg.collector.mode == "async" else None
-        header, first_round = subscriber.wait(min_version=0), True
+        pacing = Pacing(cfg, subscriber)
+        header = pacing.first()
         while not header.stop:
-            batch = supervisor.take(while_waiting=poll)
+            batch = supervisor.take(while_waiting=pacing.while_waiting)
             if batch is None:
                 break
-            batch["stats", "preempt"].fill_(
-                signals.requested()
-            )  # the worker ignores signals: its rank hears them
-            sender.send(batch, while_waiting=poll)
+            stamp_stop_request(batch)  # the worker ignores signals: its rank hears them
+            sender.send(batch, while_waiting=pacing.while_waiting)
             supervisor.release()
-            if poll is not None:
-                header = subscriber.current_header()
-            else:
-                again = (
-                    cfg.collector.pipeline and first_round
-                )  # pipelined, the first two rounds share a version
-                header = subscriber.wait(
-                    min_version=header.version if again else header.version + 1
-                )
-            first_round = False
+            header = pacing.next(header)
         sender.send_last(supervisor.batch)
         stopped = True
     finally:

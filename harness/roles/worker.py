@@ -107,9 +107,8 @@ def main(
     become_worker(rank, threads)
     beat: np.ndarray = heartbeat.numpy()
     try:
-        collector, models, values, spec = make_collector(
-            cfg, rank, incarnation, shared=True
-        )  # its rank sends the batch
+        # The batch in shared memory: its rank sends it.
+        collector, models, values, spec = make_collector(cfg, rank, incarnation, shared=True)
         collector.heartbeat = beat
         conn.send(("ready", spec, collector.batch))
         beat[0] = 0.0  # ready: from here on only its steps are watched

@@ -29,13 +29,13 @@ from typing import Any, cast
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from harness.core import checkpoint
 from harness.algos import ALGOS
 from harness.config import Config
+from harness.core import checkpoint
 from harness.distributed.topology import Layout
 from harness.metrics.flat import flat
-from harness.runs.state import check_init_from, check_resumes
 from harness.runs.lock import LOCK_NAME
+from harness.runs.state import check_init_from, check_resumes
 
 # Settings a resumed run may change: how long it runs, how it is watched and
 # checkpointed, and where it computes. Anything else changes what is learned.
@@ -64,7 +64,15 @@ WRITTEN_BY_A_RUN = ("config.yaml", "metrics.csv", "checkpoints")
 # Every name a run writes in its directory (and starting over, and the write
 # probe): a directory holding anything else without a run's config.yaml is
 # someone else's, and neither becomes a run directory nor is moved aside.
-A_RUNS_OWN = (*WRITTEN_BY_A_RUN, "videos", "tensorboard", "wandb", "wandb_id", "layout.json", LOCK_NAME)
+A_RUNS_OWN = (
+    *WRITTEN_BY_A_RUN,
+    "videos",
+    "tensorboard",
+    "wandb",
+    "wandb_id",
+    "layout.json",
+    LOCK_NAME,
+)
 A_RUNS_OWN_PREFIXES = ("previous-", ".write-test-")
 
 
@@ -74,7 +82,10 @@ class RunDirError(ValueError):
 
 def restarted() -> bool:
     """This process is a restarted attempt of a launch that already ran here."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0 or int(os.environ.get("SLURM_RESTART_COUNT", 0)) > 0
+    return (
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
+        or int(os.environ.get("SLURM_RESTART_COUNT", 0)) > 0
+    )
 
 
 def schema_defaults(algo: str) -> dict[str, Any]:
@@ -93,13 +104,19 @@ def differences(saved: dict, new: dict) -> list[str]:
     default = schema_defaults(str(now.get("algo.name", old.get("algo.name"))))
     # What the run is first (another algorithm explains every hyper-parameter that differs), then
     # the rest.
-    compared = (k for k in set(old) | set(now) if k.startswith(MUST_KEEP) or not k.startswith(MAY_CHANGE))
+    compared = (
+        k for k in set(old) | set(now) if k.startswith(MUST_KEEP) or not k.startswith(MAY_CHANGE)
+    )
     keys = sorted(compared, key=lambda k: (k not in FIRST, k))
 
     def before(k: str) -> Any:
         return old.get(k, default.get(k, "<absent>"))
 
-    return [f"{FIRST.get(k, k)}: {before(k)} -> {now.get(k, '<absent>')}" for k in keys if before(k) != now.get(k, "<absent>")]
+    return [
+        f"{FIRST.get(k, k)}: {before(k)} -> {now.get(k, '<absent>')}"
+        for k in keys
+        if before(k) != now.get(k, "<absent>")
+    ]
 
 
 def used_by_an_earlier_run(run_dir: Path) -> list[str]:
@@ -114,7 +131,9 @@ def holds_a_run(run_dir: Path) -> bool:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     algo = saved.get("algo") if isinstance(saved, dict) else None
-    return isinstance(algo, dict) and algo.get("name") in ALGOS and isinstance(saved.get("env"), dict)
+    return (
+        isinstance(algo, dict) and algo.get("name") in ALGOS and isinstance(saved.get("env"), dict)
+    )
 
 
 def refuse_foreign(run_dir: Path) -> None:
@@ -127,14 +146,16 @@ def refuse_foreign(run_dir: Path) -> None:
     found = sorted(
         p.name + "/" * p.is_dir()
         for p in run_dir.iterdir()
-        if p.name == "config.yaml" or not (p.name in A_RUNS_OWN or p.name.startswith(A_RUNS_OWN_PREFIXES))
+        if p.name == "config.yaml"
+        or not (p.name in A_RUNS_OWN or p.name.startswith(A_RUNS_OWN_PREFIXES))
     )
     if found:
         shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
         raise RunDirError(
-            f"run_dir {run_dir} is not a run directory: it holds {shown}, and no harness run's config.yaml. "
-            "A run directory must be new, empty or an earlier run's (checkpoint.start_over moves only a run's "
-            "files aside). Nothing was changed: pick a new or empty directory with run_dir=PATH"
+            f"run_dir {run_dir} is not a run directory: it holds {shown}, and no harness run's "
+            "config.yaml. A run directory must be new, empty or an earlier run's "
+            "(checkpoint.start_over moves only a run's files aside). Nothing was changed: pick a "
+            "new or empty directory with run_dir=PATH"
         )
 
 
@@ -159,7 +180,11 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     steps = sorted(checkpoint.checkpoint_dir(run_dir).glob("step-*"), reverse=True)
     anew = (cfg.checkpoint.start_over and not restarted()) or not steps
     # The checkpoint the trainer will read, hashed only where a resume reads one.
-    newest = next((s for s in steps if checkpoint.intact(s)), None) if cfg.checkpoint.resume and not anew else None
+    newest = (
+        next((s for s in steps if checkpoint.intact(s)), None)
+        if cfg.checkpoint.resume and not anew
+        else None
+    )
     resumes = admits(cfg, raw, run_dir, layout, steps, newest)
     if cfg.checkpoint.init_from and anew:
         check_init_from(cfg)
@@ -168,7 +193,14 @@ def check(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout) -> bool:
     return resumes
 
 
-def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: list[Path], newest: Path | None) -> bool:
+def admits(
+    cfg: Config,
+    raw: DictConfig,
+    run_dir: Path,
+    layout: Layout,
+    steps: list[Path],
+    newest: Path | None,
+) -> bool:
     """:func:`check`'s verdict on the directory itself, whose checkpoints are ``steps``, ``newest``
     the newest intact."""
     used = used_by_an_earlier_run(run_dir)
@@ -178,15 +210,18 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: l
         return False
     if not cfg.checkpoint.resume:
         raise RunDirError(
-            f"run_dir {run_dir} holds an earlier run ({', '.join(used)}); checkpoint.resume=false would mix the two "
-            f"runs in it. Use another run_dir=, or checkpoint.start_over=true to move its files into "
-            f"{run_dir}/previous-<time>/ and start over there (nothing is deleted)"
+            f"run_dir {run_dir} holds an earlier run ({', '.join(used)}); checkpoint.resume=false "
+            "would mix the two runs in it. Use another run_dir=, or checkpoint.start_over=true to "
+            f"move its files into {run_dir}/previous-<time>/ and start over there (nothing is "
+            "deleted)"
         )
     if steps and newest is None:
+        names = ", ".join(s.name for s in steps)
         raise RunDirError(
-            f"none of the checkpoints in {checkpoint.checkpoint_dir(run_dir)} is intact ({', '.join(s.name for s in steps)}: "
-            "unreadable, or their bytes do not match their checksums). Nothing was changed: use another run_dir= "
-            "for a new run, or checkpoint.start_over=true to move this run's files aside and start over there"
+            f"none of the checkpoints in {checkpoint.checkpoint_dir(run_dir)} is intact ({names}: "
+            "unreadable, or their bytes do not match their checksums). Nothing was changed: use "
+            "another run_dir= for a new run, or checkpoint.start_over=true to move this run's "
+            "files aside and start over there"
         )
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
@@ -199,8 +234,9 @@ def admits(cfg: Config, raw: DictConfig, run_dir: Path, layout: Layout, steps: l
                 f"run_dir {run_dir} holds a run with other settings ({'; '.join(changed[:8])}"
                 f"{'; ...' if len(changed) > 8 else ''}). Resuming may change only the "
                 "budget, logging, checkpoint cadence and placement"
-                f"{' (checkpoint.init_from starts a new run)' if new_start else ''}. Use another run_name= "
-                "(or run_dir=) for a new run, or checkpoint.start_over=true to move the old run aside"
+                f"{' (checkpoint.init_from starts a new run)' if new_start else ''}. Use another "
+                "run_name= (or run_dir=) for a new run, or checkpoint.start_over=true to move the "
+                "old run aside"
             )
     refuse_another_layout(cfg, run_dir, layout)
     return True
@@ -213,7 +249,11 @@ def layout_record(layout: Layout) -> dict[str, int]:
     """What a run's updates learn from: the trainers, and each one's collectors (one process
     collects for itself)."""
     collectors = max(layout.world_size - layout.trainers, 1)
-    return {"world_size": layout.world_size, "trainers": layout.trainers, "collectors_per_trainer": collectors // layout.trainers}
+    return {
+        "world_size": layout.world_size,
+        "trainers": layout.trainers,
+        "collectors_per_trainer": collectors // layout.trainers,
+    }
 
 
 def counted(n: int, what: str) -> str:
@@ -223,31 +263,35 @@ def counted(n: int, what: str) -> str:
 def layout_text(record: dict[str, int], frames_per_batch: int, sync: bool) -> str:
     trainers, collectors = record["trainers"], record["collectors_per_trainer"]
     update = f": {trainers * collectors * frames_per_batch} frames per update" if sync else ""
-    return f"{counted(record['world_size'], 'rank')} ({counted(trainers, 'trainer')}, {counted(collectors, 'collector')} each{update})"
+    ranks = counted(record["world_size"], "rank")
+    return (
+        f"{ranks} ({counted(trainers, 'trainer')}, {counted(collectors, 'collector')} each{update})"
+    )
 
 
 def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
     """A resume keeps what an update learns from: the number of trainers (how a batch is split over
-    them, whose replay and RNG each continues) and, in sync mode, each one's collectors (a round's
-    frames: PPO's batch). Async collectors stream batches that an update takes one at a time, and an
-    offline run's only evaluate, so their number may change. A run started before the harness
-    recorded its layout is not checked."""
+    them, whose replay and RNG each continues) and, where an update takes a round (sync mode),
+    each one's collectors (a round's frames: PPO's batch). Async collectors stream batches that an
+    update takes one at a time, and an offline run's only evaluate, so their number may change. A
+    run started before the harness recorded its layout is not checked."""
     try:
         saved = json.loads((run_dir / LAYOUT_FILE).read_text())
     except (OSError, ValueError):
         return
     now = layout_record(layout)
-    sync = cfg.collector.mode == "sync" and not ALGOS[cfg.algo.name].offline
+    sync = ALGOS[cfg.algo.name].update_takes_a_round(cfg.collector.mode)
     keys = ("trainers", "collectors_per_trainer") if sync else ("trainers",)
     if all(saved.get(k) == now[k] for k in keys):
         return
     fpb = cfg.collector.frames_per_batch
     raise RunDirError(
-        f"run_dir {run_dir} holds a run started with {layout_text(saved, fpb, sync)}; this launch has "
-        f"{layout_text(now, fpb, sync)}. Resuming it would change what an update learns from. Relaunch with "
-        f"{counted(saved['world_size'], 'rank')} (NPROC={saved['world_size']} scripts/train.sh, or torchrun "
-        f"--nproc_per_node={saved['world_size']} on one node) and topology.trainers={saved['trainers']}; or start a new "
-        f"run from its weights: checkpoint.init_from={run_dir} run_name=<new name>"
+        f"run_dir {run_dir} holds a run started with {layout_text(saved, fpb, sync)}; this launch "
+        f"has {layout_text(now, fpb, sync)}. Resuming it would change what an update learns from. "
+        f"Relaunch with {counted(saved['world_size'], 'rank')} (NPROC={saved['world_size']} "
+        f"scripts/train.sh, or torchrun --nproc_per_node={saved['world_size']} on one node) and "
+        f"topology.trainers={saved['trainers']}; or start a new run from its weights: "
+        f"checkpoint.init_from={run_dir} run_name=<new name>"
     )
 
 

@@ -45,7 +45,8 @@ class RunLock:
 
 
 def holder_line() -> str:
-    return f"host {socket.gethostname()} pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n"
+    since = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    return f"host {socket.gethostname()} pid {os.getpid()} since {since}\n"
 
 
 def read_holder(fd: int) -> str:
@@ -64,7 +65,9 @@ def take(run_dir: Path) -> RunLock:
         # No O_TRUNC: a launch that finds the lock held must not change the holder's line.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise RunLockError(f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH") from e
+        raise RunLockError(
+            f"run_dir {run_dir} is not writable ({e.strerror}): pick another with run_dir=PATH"
+        ) from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -72,12 +75,14 @@ def take(run_dir: Path) -> RunLock:
         os.close(fd)
         if not holder:
             raise RunLockError(
-                f"run_dir {run_dir} cannot be locked ({e.strerror}): its filesystem has no file locks, so two "
-                "launches could mix their files there. Put the run directory on another filesystem (run_dir=PATH)"
+                f"run_dir {run_dir} cannot be locked ({e.strerror}): its filesystem has no file "
+                "locks, so two launches could mix their files there. Put the run directory on "
+                "another filesystem (run_dir=PATH)"
             ) from e
         raise RunLockError(
-            f"run_dir {run_dir} is in use by another launch ({holder}; {path}). Two launches in one run directory "
-            "would mix their metrics and checkpoints: wait for that one to end or stop it, or use another run_dir="
+            f"run_dir {run_dir} is in use by another launch ({holder}; {path}). Two launches in "
+            "one run directory would mix their metrics and checkpoints: wait for that one to end "
+            "or stop it, or use another run_dir="
         ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, holder_line().encode(), 0)

@@ -5,23 +5,19 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional, Protocol, cast
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 
-from harness.core import checkpoint
-from harness.algos import Algorithm, algorithm_for
-from harness.core.checkpoint import CheckpointConfig, CheckpointMismatchError
-from harness.collect.envs import env_spec
+from harness.algos import Algorithm, algorithm_for, part_of
 from harness.config import Config
+from harness.core import checkpoint
+from harness.core.checkpoint import CheckpointConfig, CheckpointMismatchError
 from harness.core.packing import first_difference
 
 log = logging.getLogger("harness")
-# Statistics, not weights (checkpoint.init_with's "normalizer"): Algorithm.stateful's observation
-# normaliser and PPO's reward scaler.
-NORMALIZERS = ("obs_norm", "reward_scaler")
 
 
 @dataclass
@@ -33,6 +29,15 @@ class Progress:
     version: int = 0  # the weights version the next publish carries
 
 
+class StepClock(Protocol):
+    """How a run counts its steps (:class:`~harness.roles.kinds.RunKind` is one)."""
+
+    unit: str  # the step's name: frames, or gradient_steps
+
+    def step(self, progress: Progress) -> int:
+        """Where ``progress`` stands, in ``unit``."""
+
+
 class TrainerState:
     """The algorithm (models and optimisers; with ``keep_replay`` the replay
     buffer), the run's progress, and every trainer's RNG state.
@@ -42,7 +47,14 @@ class TrainerState:
     its own replay buffer (a list, one per trainer), which it gets back on resume.
     """
 
-    def __init__(self, algo: Algorithm, progress: Progress, rank: int, ddp_group: Optional[dist.ProcessGroup], keep_replay: bool):
+    def __init__(
+        self,
+        algo: Algorithm,
+        progress: Progress,
+        rank: int,
+        ddp_group: Optional[dist.ProcessGroup],
+        keep_replay: bool,
+    ):
         self.algo, self.progress, self.rank = algo, progress, rank
         self.ddp_group, self.keep_replay = ddp_group, keep_replay
 
@@ -65,7 +77,8 @@ class TrainerState:
         if self.ddp_group is None or replay is None:  # None: no batch yet, on any trainer
             return replay
         parts = [TensorDict() for _ in range(dist.get_world_size(self.ddp_group))]
-        for key, leaf in TensorDict(replay["storage"]).items(include_nested=True, leaves_only=True):
+        leaves = TensorDict(replay["storage"]).items(include_nested=True, leaves_only=True)
+        for key, leaf in leaves:
             tensor = cast(torch.Tensor, leaf)  # a replay's leaves are tensors
             pieces = [torch.empty_like(tensor) for _ in parts] if self.rank == 0 else None
             dist.gather(tensor, pieces, dst=0, group=self.ddp_group)
@@ -80,37 +93,45 @@ class TrainerState:
             self.algo.load_replay_state(replay[self.rank] if isinstance(replay, list) else replay)
         for name, value in state["progress"].items():
             setattr(self.progress, name, value)
-        # saved before checkpoints kept the count
-        if "gradient_steps" not in state["algo"] and self.algo.offline:
-            # offline, an update is one gradient step
-            self.algo.gradient_steps = self.progress.updates
+        # Saved before checkpoints kept the count: where the updates tell it, take it from them.
+        steps = self.algo.gradient_steps_in(self.progress.updates)
+        if "gradient_steps" not in state["algo"] and steps is not None:
+            self.algo.gradient_steps = steps
         rng = state["rng"]
         torch.set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
 
-    def restore(self, run_dir: Path, cfg: CheckpointConfig, algo: str, env_id: str) -> Optional[Path]:
+    def restore(
+        self, run_dir: Path, cfg: CheckpointConfig, algo: str, env_id: str, clock: StepClock
+    ) -> Optional[Path]:
         """Where this trainer starts: the run's own newest valid checkpoint (with ``cfg.resume``:
         the run continues), else, in a new run, ``cfg.init_from``'s weights and what
         ``cfg.init_with`` names, with this run's settings, its counters and RNG as a new run's.
-        Returns the checkpoint read."""
+        Returns the checkpoint read; ``clock`` says where a resumed run stands."""
         found = checkpoint.load_latest(run_dir, algo, env_id) if cfg.resume else None
         if found is not None:
             state, _, path = found
             self.load_state_dict(state)
-            unit, step = ("gradient_steps", self.progress.updates) if self.algo.offline else ("frames", self.progress.frames)
             if self.rank == 0:
-                log.info("resumed from %s: %s %d, version %d", path, unit, step, self.progress.version)
+                step, version = clock.step(self.progress), self.progress.version
+                log.info("resumed from %s: %s %d, version %d", path, clock.unit, step, version)
             return path
         if cfg.init_from is None:
             return None
         state, meta, path = checkpoint.load_init(cfg.init_from)
         given, source = state["algo"], f"checkpoint.init_from={cfg.init_from}"
-        self.algo.load_state_dict(initial_state(self.algo.state_dict(), given, set(cfg.init_with), source))
+        fresh = self.algo.state_dict()
+        self.algo.load_state_dict(initial_state(fresh, given, set(cfg.init_with), source))
         if self.rank == 0:
+            at = f"{meta.get('unit', 'frames')} {meta.get('step')}"
+            parts = "".join(f", {part}" for part in sorted(cfg.init_with))
             log.info(
-                "initialised from %s (algo=%s env=%s at %s %s): the weights%s; counters start at 0",
-                path, meta.get("algo"), meta.get("env"), meta.get("unit", "frames"), meta.get("step"),
-                "".join(f", {part}" for part in sorted(cfg.init_with)),
-            )  # fmt: skip
+                "initialised from %s (algo=%s env=%s at %s): the weights%s; counters start at 0",
+                path,
+                meta.get("algo"),
+                meta.get("env"),
+                at,
+                parts,
+            )
         return path
 
 
@@ -119,24 +140,31 @@ def mapped_state(step: Path) -> dict | None:
     bytes against their checksum when it loads them, and skips a damaged checkpoint); None if
     unreadable."""
     try:
-        return torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)["algo"]
+        state = torch.load(step / "state.pt", weights_only=True, map_location="cpu", mmap=True)
+        return state["algo"]
     except Exception:  # unreadable: the trainer says why, or takes an older one
         return None
 
 
 def fresh_state(cfg: Config) -> dict:
-    spec = env_spec(cfg.env.id, cfg.env.max_episode_steps)
-    return algorithm_for(cfg.algo.name, spec)(cfg.algo, spec, cfg.collector.total_frames).state_dict()
+    """A new run's algorithm state, with ``cfg``'s settings."""
+    spec = cfg.env.spec()
+    algo = algorithm_for(cfg.algo.name, spec)(cfg.algo, spec, cfg.collector.total_frames)
+    return algo.state_dict()
 
 
 def check_init_from(cfg: Config) -> None:
     """Before anything is written, on every rank: ``checkpoint.init_from``'s networks fit this
     run's, so that a mismatch is one message at start-up."""
     where = Path(cast(str, cfg.checkpoint.init_from))
-    step = where if (where / "meta.json").exists() else max(checkpoint.checkpoint_dir(where).glob("step-*"))
+    if (where / "meta.json").exists():
+        step = where
+    else:
+        step = max(checkpoint.checkpoint_dir(where).glob("step-*"))
     given = mapped_state(step)
     if given is not None:
-        initial_state(fresh_state(cfg), given, set(cfg.checkpoint.init_with), f"checkpoint.init_from={where}")
+        source = f"checkpoint.init_from={where}"
+        initial_state(fresh_state(cfg), given, set(cfg.checkpoint.init_with), source)
 
 
 def check_resumes(cfg: Config, step: Path) -> None:
@@ -145,18 +173,11 @@ def check_resumes(cfg: Config, step: Path) -> None:
     ones)."""
     given = mapped_state(step)
     if given is not None:
-        fix = "Resume it with the harness that wrote it, or use another run_dir= for a new run; nothing was changed"
+        fix = (
+            "Resume it with the harness that wrote it, or use another run_dir= for a new run; "
+            "nothing was changed"
+        )
         check_fits(fresh_state(cfg), given, {"weights", "normalizer"}, f"checkpoint {step}", fix)
-
-
-def part_of(name: str, value: Any) -> str:
-    """What an entry of an algorithm's state is: an ``optimizer``'s state, a ``normalizer``'s
-    statistics, a network's ``weights``, or a ``counter`` (``gradient_steps``)."""
-    if isinstance(value, dict) and {"state", "param_groups"} <= value.keys():
-        return "optimizer"
-    if name in NORMALIZERS:
-        return "normalizer"
-    return "weights" if isinstance(value, dict) else "counter"
 
 
 def schema_of(state: dict, parts: set[str]) -> list[str]:
@@ -170,9 +191,13 @@ def schema_of(state: dict, parts: set[str]) -> list[str]:
     )
 
 
-OTHER_NETWORKS = "Start from a checkpoint of the same algorithm and network sizes, on an env with the same spaces"
+OTHER_NETWORKS = (
+    "Start from a checkpoint of the same algorithm and network sizes, on an env with the same "
+    "spaces"
+)
 OTHER_NORMALIZERS = (
-    "Match algo.normalize_obs and algo.normalize_reward to its run's, or leave normalizer out of checkpoint.init_with"
+    "Match algo.normalize_obs and algo.normalize_reward to its run's, or leave normalizer out of "
+    "checkpoint.init_with"
 )
 
 
@@ -186,7 +211,8 @@ def initial_state(fresh: dict, given: dict, init_with: set[str], source: str) ->
     check_fits(fresh, given, {"weights"}, source, OTHER_NETWORKS)
     check_fits(fresh, given, loaded, source, OTHER_NORMALIZERS)
     if "optimizer" in init_with:
-        check_fits(fresh, given, {"optimizer"}, source, "Leave optimizer out of checkpoint.init_with")
+        fix = "Leave optimizer out of checkpoint.init_with"
+        check_fits(fresh, given, {"optimizer"}, source, fix)
     state = dict(fresh)
     for name, value in given.items():
         part = part_of(name, value)
@@ -202,9 +228,13 @@ def check_fits(fresh: dict, given: dict, parts: set[str], source: str, fix: str)
     dtypes (optimisers: their names only, since a new optimiser holds no moments yet)."""
     mine, theirs = schema_of(fresh, parts), schema_of(given, parts)
     if "optimizer" in parts:
-        mine, theirs = ([f"{n} optimizer" for n, v in side.items() if part_of(n, v) == "optimizer"] for side in (fresh, given))
+        mine, theirs = (
+            [f"{n} optimizer" for n, v in side.items() if part_of(n, v) == "optimizer"]
+            for side in (fresh, given)
+        )
     if sorted(mine) != sorted(theirs):
+        first = first_difference(sorted(mine), sorted(theirs))
         raise CheckpointMismatchError(
             f"{source} does not fit this run's {' and '.join(sorted(parts))}: first difference "
-            f"(here: this run, there: the checkpoint): {first_difference(sorted(mine), sorted(theirs))}. {fix}"
+            f"(here: this run, there: the checkpoint): {first}. {fix}"
         )

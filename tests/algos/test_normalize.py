@@ -19,7 +19,7 @@ from harness.collect.envs import env_spec
 from harness.collect.rollout import batch_template
 from harness.core import checkpoint
 from harness.distributed.topology import Layout
-from harness.roles.sources import InlineCollector, connect
+from harness.roles.sources import InlineCollector, connect_batches
 from harness.sync import Header
 from harness.testing.spawn import run_ranks
 
@@ -91,7 +91,7 @@ def test_a_collectors_normalised_observations_are_the_trainers_for_the_same_vers
     cfg = compose_config(*NORMALIZED, f"run_dir={tmp_path}")
     torch.manual_seed(cfg.seed)
     algo = ALGOS["ppo"](cfg.algo, PENDULUM, cfg.collector.total_frames)
-    connected = connect(cfg, Layout.from_env(1, env={}), None, algo)
+    connected = connect_batches(cfg, Layout.from_env(1, env={}), None, algo)
     source = connected.batches
     assert isinstance(source, InlineCollector) and connected.publisher is not None
     acting = source.collector.policy

@@ -18,7 +18,6 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
     """A real job (the harness's own trainer and collector loops) in spawned
     ranks; the trainer's update can be slowed to stress the collectors."""
     from harness.roles.collector import run_collector
-    from harness.roles.loops import for_run
     from harness.roles.trainer import Trainer
 
     cfg = compose_config(*overrides)
@@ -45,7 +44,7 @@ def job(rank, world, overrides, trainer_delay_s, run_dir):
         return update(batches, frames)
 
     trainer.algo.update = slow_update
-    trainer.run(for_run(cfg, layout, trainer.offline))
+    trainer.run(trainer.kind.loop(layout))
     return trainer.progress.updates
 
 
@@ -120,12 +119,11 @@ def dying_collector(rank, world, marker):
         except Exception as e:  # the trainer's failure ends this one too
             return type(e).__name__
         return "finished"
-    from harness.roles.loops import for_run
     from harness.roles.trainer import Trainer
 
     try:
         trainer = Trainer(cfg, layout, groups, Path(marker).parent / "run")
-        trainer.run(for_run(cfg, layout, trainer.offline))
+        trainer.run(trainer.kind.loop(layout))
     except RuntimeError as e:
         return str(e)
     finally:

@@ -70,7 +70,6 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
     from harness.distributed.setup import init_distributed
     from harness.distributed.topology import Layout
     from harness.roles.collector import run_collector
-    from harness.roles.loops import for_run
     from harness.roles.trainer import Trainer
 
     cfg = compose_config(*overrides)
@@ -94,7 +93,7 @@ def job(rank, world, overrides, run_dir, preempt_after=None):
     trainer = Trainer(cfg, layout, groups, Path(run_dir))
     replay_state = getattr(trainer.algo, "replay_state", lambda: None)  # on-policy PPO keeps none
     resumed = replay_state()
-    trainer.run(for_run(cfg, layout, trainer.offline))
+    trainer.run(trainer.kind.loop(layout))
     return {
         "weights": digest(trainer.algo.state_dict()),
         "replay": digest(replay_state()),

@@ -226,7 +226,6 @@ def test_evaluate_help_prints_the_usage_and_exits_0(workdir):
         )
         assert out.returncode == 0, (args, out.stdout, out.stderr)
         assert (
-            out.stdout.startswith("usage: python -m harness.cli.evaluate RUN_DIR")
-            and "episodes=N" in out.stdout
+            out.stdout.startswith("usage: harness evaluate RUN_DIR") and "episodes=N" in out.stdout
         ), out.stdout
         assert not out.stderr, out.stderr
