@@ -286,3 +286,37 @@ def test_no_two_packages_import_each_other():
         }
     )
     assert not both, f"packages that import each other: {both}"
+
+
+# Which kind of run this is (online or offline) is asked in one place: the two kinds.
+RUN_KINDS = "harness.roles.kinds"
+
+
+def asks_the_run_kind(tree: ast.AST) -> list[int]:
+    """Lines that read or take the ``offline`` flag: ``x.offline``, or an argument ``offline``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and node.attr == "offline")
+        or (isinstance(node, ast.arg) and node.arg == "offline")
+    ]
+
+
+def test_only_the_run_kinds_ask_whether_a_run_is_offline():
+    """``algos/`` declares the flag (``Algorithm.offline``); ``roles/kinds.py`` reads it, once,
+    to choose the run's kind; everything else asks the kind."""
+    found = [
+        f"{module}:{line}"
+        for module, path in modules().items()
+        if module != RUN_KINDS and not module.startswith("harness.algos")
+        for line in asks_the_run_kind(ast.parse(path.read_text()))
+    ]
+    assert not found, "the offline flag read outside the run kinds:\n" + "\n".join(found)
+
+
+def test_the_run_kind_check_sees_the_flag():
+    assert asks_the_run_kind(ast.parse("if algo.offline:\n    pass\n")) == [1]
+    assert asks_the_run_kind(ast.parse("def f(offline: bool): ...\n")) == [1]
+    assert (
+        asks_the_run_kind(ast.parse("unit = 'offline'\nfrom harness.algos import offline\n")) == []
+    )
