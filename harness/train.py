@@ -52,7 +52,6 @@ from harness.sync import SCHEMES
 
 log = logging.getLogger("harness")
 CONF = Path(__file__).resolve().parents[1] / "conf"  # hydra.main's config_path
-register_configs()
 
 
 def check_writable(run_dir: Path) -> None:
@@ -304,4 +303,8 @@ An override is group=option (a file of conf/<group>/) or key=value (a setting be
 --hydra-help lists Hydra's own flags; --cfg job prints the composed config."""
 
 if __name__ == "__main__":
+    # The schemas, before Hydra composes the command line; a HARNESS_PLUGINS module that does not
+    # import is a mistake in the command, said once.
+    with cli.user_errors():
+        register_configs()
     cli.run(main, "config", HELP)

@@ -21,7 +21,8 @@ PY=${PYTHON:-python3}
 installed() {
   local s e have
   for s in "$VENV"/.installed-*; do
-    [ -f "$s" ] && [ "$s" -nt "$ROOT/pyproject.toml" ] && [ "$s" -nt "$ROOT/constraints.txt" ] || continue
+    [ -f "$s" ] && [ "$s" -nt "$ROOT/pyproject.toml" ] && [ "$s" -nt "$ROOT/constraints.txt" ] \
+      || continue
     have=",${s##*/.installed-},"
     for e in ${EXTRAS//,/ }; do
       case "$have" in *",$e,"*) ;; *) continue 2 ;; esac
@@ -35,10 +36,14 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 if ! installed; then
-  echo "installing the harness into $VENV (extras: ${EXTRAS:-none}; $TORCH_SPEC${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL})" >&2
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
-  # constraints.txt: the versions CI tested, so that a new release elsewhere cannot change a fresh install.
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  echo "installing the harness into $VENV (extras: ${EXTRAS:-none};" \
+       "$TORCH_SPEC${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL})" >&2
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
+  # constraints.txt: the versions CI tested, so that a new release elsewhere cannot change a fresh
+  # install.
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$ROOT/constraints.txt" \
+    -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   touch "$VENV/.installed-${EXTRAS:-base}"
 fi
 # Oversubscribed intra-op threads make every rank slower when several share a machine.

@@ -30,7 +30,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # wait for them, then requeue the job, which resumes from that checkpoint.
 on_preempt() {
   echo "preempted: asking the job to checkpoint, then requeueing $JOB_ID"
-  if [ -n "${STEP_PID:-}" ]; then kill -TERM "$STEP_PID" 2>/dev/null || true; wait "$STEP_PID" || true; fi
+  if [ -n "${STEP_PID:-}" ]; then
+    kill -TERM "$STEP_PID" 2>/dev/null || true
+    wait "$STEP_PID" || true
+  fi
   scontrol requeue "$JOB_ID"
   exit 0
 }

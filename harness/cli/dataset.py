@@ -1,9 +1,10 @@
-"""Write an offline dataset: roll out a behaviour policy on every rank.
+"""Write an offline dataset: roll out a behaviour policy on every rank (``harness dataset``).
 
-    python -m harness.cli.dataset env=pendulum out=datasets/pendulum-random frames=50000
-    torchrun --nproc_per_node=2 -m harness.cli.dataset env=pendulum out=datasets/pendulum-medium \\
+    harness dataset env=pendulum out=datasets/pendulum-random frames=50000
+    harness dataset --nproc 2 env=pendulum out=datasets/pendulum-medium \\
         policy=runs/sac/checkpoints/step-000000006000 reference.expert_policy=runs/sac
-    python -m harness.cli.dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
+    harness dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
+    torchrun --nproc_per_node=2 -m harness.cli.dataset ...         # the ranks, started by hand
 
 ``policy`` is a checkpoint (``<run_dir>/checkpoints/step-*``) or a run
 directory (its newest checkpoint); without it actions are uniformly random.
@@ -47,34 +48,29 @@ class ReferenceConfig:
     """The returns that normalised scores are measured against."""
 
     episodes: int = 10  # deterministic episodes per measured reference
-    random_return: Optional[float] = (
-        None  # known random return; default: measured with uniform random actions
-    )
+    # known random return; default: measured with uniform random actions
+    random_return: Optional[float] = None
     expert_return: Optional[float] = None  # known expert return, or:
-    expert_policy: Optional[str] = (
-        None  # a checkpoint or run directory whose policy's return is measured
-    )
+    # a checkpoint or run directory whose policy's return is measured
+    expert_policy: Optional[str] = None
 
 
 @dataclass
 class DatasetConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     out: str = MISSING  # the dataset directory to write
-    policy: Optional[str] = (
-        None  # behaviour policy: checkpoint or run directory; None: uniform random actions
-    )
+    # behaviour policy: checkpoint or run directory; None: uniform random actions
+    policy: Optional[str] = None
     frames: int = 100_000  # transitions, all ranks together
     num_envs: int = 4  # envs per rank
-    mix: list[str] = field(
-        default_factory=list
-    )  # instead of collecting: concatenate these datasets into out
+    # instead of collecting: concatenate these datasets into out
+    mix: list[str] = field(default_factory=list)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
-    # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with seed +
-    # r
+    # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with
+    # seed + r
     seed: int = 1
-    dist_timeout_s: float = (
-        300.0  # bounds every collective (the slowest rank's collection included)
-    )
+    # bounds every collective (the slowest rank's collection included)
+    dist_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.frames < 1 or self.num_envs < 1 or self.reference.episodes < 1:
@@ -208,11 +204,12 @@ def main(raw: DictConfig) -> None:
 
 
 HELP = """\
-Write an offline dataset: every rank rolls out the behaviour policy (or random actions) into one dataset.
+Write an offline dataset: every rank rolls out the behaviour policy (or random actions) into one
+dataset.
 
-  python -m harness.cli.dataset env=pendulum out=datasets/pendulum-random frames=50000
-  torchrun --nproc_per_node=2 -m harness.cli.dataset env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
-  python -m harness.cli.dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
+  harness dataset env=pendulum out=datasets/pendulum-random frames=50000
+  harness dataset --nproc 2 env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
+  harness dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
 
 if __name__ == "__main__":
     cli.run(main, "write_dataset", HELP)

@@ -31,13 +31,8 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
+from harness.cli.usage import HELP_FLAGS, PRINTING_FLAGS, USAGE_ERROR
 from harness.config.help import CONF, help_text, unknown_option, unknown_setting
-
-USAGE_ERROR = 2
-HELP_FLAGS = ("--help", "-h")
-# Hydra's flags that print something and exit: rank 0 prints it, every other rank leaves at once.
-PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc")
-
 
 # HYDRA_FULL_ERROR=1 as the user set it (run() sets it for Hydra): a mistake's traceback is shown
 # too.
@@ -79,8 +74,8 @@ def explain(e: BaseException) -> str:
     cause = e.__cause__
     if NULL_GROUP in str(e):
         return (
-            "a config group takes an option (group=option); to choose none, leave the group out of the command "
-            "(experiment=null or +experiment=null is refused by Hydra)"
+            "a config group takes an option (group=option); to choose none, leave the group out "
+            "of the command (experiment=null or +experiment=null is refused by Hydra)"
         )
     if isinstance(e, MissingConfigException) and (
         found := re.search(r"Could not find '([^/']+)/([^']+)'", str(e))
@@ -88,12 +83,11 @@ def explain(e: BaseException) -> str:
         return unknown_option(found[1], found[2])
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
         return unknown_setting(cause.full_key, cause.object_type)
-    if (
-        unknown := re.match(r"Could not override '([^'.]+)'", str(e))
-    ) is not None:  # algoo=ppo: not a group or key
-        from harness.config import (
-            Config,
-        )  # here: harness.cli.launch imports this module, and needs no algorithm
+    # algoo=ppo: not a group or key
+    if (unknown := re.match(r"Could not override '([^'.]+)'", str(e))) is not None:
+        # Here, not at the top: the config's module imports every algorithm, which only this
+        # message needs.
+        from harness.config import Config
 
         return unknown_setting(unknown[1], Config)
     if isinstance(cause, OmegaConfBaseException):  # seed=abc: "Error merging override seed=abc"
@@ -122,9 +116,8 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
     global _tracebacks
     argv = sys.argv[1:]
     _tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ["HYDRA_FULL_ERROR"] = (
-        "1"  # Hydra raises what it finds in the command instead of printing it
-    )
+    # Hydra raises what it finds in the command instead of printing it.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         if any(a in HELP_FLAGS for a in argv):
             if speaks():
@@ -133,9 +126,8 @@ def run(main: Callable[[], Any], config_name: str, usage: str) -> None:
         if not speaks() and any(a in PRINTING_FLAGS for a in argv):
             return
         main()
-    except (
-        HydraException
-    ) as e:  # composing the config: an unknown key or option, a value of the wrong type
+    # Composing the config: an unknown key or option, a value of the wrong type.
+    except HydraException as e:
         if _tracebacks:
             raise
         refuse(e)

@@ -1,8 +1,8 @@
-"""Evaluate a trained run: ``python -m harness.cli.evaluate RUN_DIR [key=value ...]``.
+"""Evaluate a trained run: ``harness evaluate RUN_DIR [key=value ...]``.
 
-    python -m harness.cli.evaluate runs/cartpole                # the newest valid checkpoint
-    python -m harness.cli.evaluate runs/cartpole episodes=20 video=true
-    python -m harness.cli.evaluate runs/cartpole step=100352 seed=7
+    harness evaluate runs/cartpole                # the newest valid checkpoint
+    harness evaluate runs/cartpole episodes=20 video=true
+    harness evaluate runs/cartpole step=100352 seed=7
 
 Loads the run's newest valid checkpoint (or the one at ``step``) onto the
 CPU, wherever it was trained, runs deterministic-policy episodes and prints
@@ -24,19 +24,22 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from harness.cli.policies import load_policy
+from harness.cli.usage import HELP_FLAGS, UsageError, command
 from harness.collect.evaluate import eval_seed, evaluate, make_eval_envs
 from harness.core import checkpoint
 from harness.metrics import video
 
-USAGE = "usage: python -m harness.cli.evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
-HELP = f"""{USAGE}
+USAGE = "harness evaluate RUN_DIR [episodes=N] [step=S] [seed=K] [video=true]"
+OPTIONS = ("episodes", "step", "seed", "video")
+HELP = f"""usage: {USAGE}
 
 Play deterministic-policy episodes with a run's checkpoint, on the CPU, and print the mean and
 standard deviation of their returns.
 
   RUN_DIR      a run directory (where config.yaml and checkpoints/ are)
   episodes=N   how many episodes (default: the run's eval.episodes)
-  step=S       the checkpoint at step S, in frames (offline: gradient steps) (default: the newest valid one)
+  step=S       the checkpoint at step S, in frames (offline: gradient steps)
+               (default: the newest valid one)
   seed=K       the episodes' seed (default: the run's, which plays the episodes of its evaluations)
   video=true   also write the first episode to RUN_DIR/videos/evaluate-step-<step>.mp4"""
 
@@ -47,9 +50,8 @@ class Options:
 
     run_dir: Path
     episodes: Optional[int] = None  # default: the run's eval.episodes
-    step: Optional[int] = (
-        None  # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
-    )
+    # a checkpoint's step (frames; offline: gradient steps); default: the newest valid one
+    step: Optional[int] = None
     seed: Optional[int] = None  # default: the run's seed, hence its evaluations' episodes
     video: bool = False  # write the first episode to <run_dir>/videos/evaluate-step-<step>.mp4
 
@@ -58,19 +60,22 @@ def parse(argv: list[str]) -> Options:
     """``RUN_DIR key=value ...``; an unknown key or a missing run directory is an error that says
     what is wrong."""
     if not argv or "=" in argv[0]:
-        raise SystemExit(USAGE)
+        raise UsageError(f"give the run directory first: usage: {USAGE}")
     options = Options(Path(argv[0]))
     try:
         given = OmegaConf.from_dotlist(argv[1:])
     except Exception as e:  # a malformed key=value: say which, without a traceback
-        raise SystemExit(f"cannot read the options {' '.join(argv[1:])} ({e})\n{USAGE}") from None
+        raise UsageError(f"cannot read the options {' '.join(argv[1:])} ({e})") from None
     for key, value in given.items():
         name = str(key)
-        if name not in ("episodes", "step", "seed", "video"):
-            raise SystemExit(f"{name}= is not an option of harness.cli.evaluate\n{USAGE}")
+        if name not in OPTIONS:
+            raise UsageError(
+                f"{name}= is not an option of harness evaluate; it takes {', '.join(OPTIONS)} "
+                "(harness evaluate --help)"
+            )
         setattr(options, name, _checked(name, value))
     if not (options.run_dir / "config.yaml").exists():
-        raise SystemExit(f"{options.run_dir} is not a run directory (no config.yaml)\n{USAGE}")
+        raise UsageError(f"{options.run_dir} is not a run directory (no config.yaml)")
     return options
 
 
@@ -79,14 +84,12 @@ def _checked(key: str, value: object) -> object:
     least 0)."""
     if key == "video":
         if not isinstance(value, bool):
-            raise SystemExit(f"video={value} is not true or false\n{USAGE}")
+            raise UsageError(f"video={value} is not true or false")
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SystemExit(f"{key}={value} is not a whole number\n{USAGE}")
+        raise UsageError(f"{key}={value} is not a whole number")
     if (key == "episodes" and value < 1) or (key == "step" and value < 0):
-        raise SystemExit(
-            f"{key}={value}: {key} must be at least {1 if key == 'episodes' else 0}\n{USAGE}"
-        )
+        raise UsageError(f"{key}={value}: {key} must be at least {1 if key == 'episodes' else 0}")
     return value
 
 
@@ -96,7 +99,7 @@ def checkpoint_at(run_dir: Path, step: int) -> Path:
         have = sorted(
             int(p.name.split("-")[1]) for p in checkpoint.checkpoint_dir(run_dir).glob("step-*")
         )
-        raise SystemExit(f"{run_dir} has no checkpoint at step {step}; it has: {have or 'none'}")
+        raise UsageError(f"{run_dir} has no checkpoint at step {step}; it has: {have or 'none'}")
     return path
 
 
@@ -106,19 +109,16 @@ def run(options: Options) -> list[float]:
     env_id, max_steps = run_cfg.env.id, run_cfg.env.get("max_episode_steps")
     if options.step is None and not any(checkpoint.checkpoint_dir(options.run_dir).glob("step-*")):
         raise SystemExit(
-            f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every checkpoint.every_frames "
-            "frames, when stopped, and at the end"
+            f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every "
+            "checkpoint.every_frames frames, when stopped, and at the end"
         )
     where = (
         options.run_dir if options.step is None else checkpoint_at(options.run_dir, options.step)
     )
     try:
         policy, values, info = load_policy(str(where), env_id)
-    except (
-        OSError,
-        ValueError,
-        checkpoint.CheckpointError,
-    ) as e:  # no checkpoint yet, or none readable
+    # no checkpoint yet, or none readable
+    except (OSError, ValueError, checkpoint.CheckpointError) as e:
         raise SystemExit(f"{options.run_dir}: {e}") from None
     episodes = int(run_cfg.eval.episodes) if options.episodes is None else options.episodes
     seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)
@@ -131,8 +131,8 @@ def run(options: Options) -> list[float]:
         envs.close()
     name = Path(info["policy"]).name
     print(
-        f"{env_id} {name}: return {np.mean(returns):.2f} ± {np.std(returns):.2f} over {episodes} deterministic "
-        f"episodes (seed {seed})",
+        f"{env_id} {name}: return {np.mean(returns):.2f} ± {np.std(returns):.2f} over {episodes} "
+        f"deterministic episodes (seed {seed})",
         flush=True,
     )
     if frames:
@@ -142,8 +142,9 @@ def run(options: Options) -> list[float]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``harness evaluate``: a mistake raises :class:`UsageError`."""
     argv = sys.argv[1:] if argv is None else argv
-    if "-h" in argv or "--help" in argv:  # asked for, wherever it stands: not a mistake
+    if any(a in HELP_FLAGS for a in argv):  # asked for, wherever it stands: not a mistake
         print(HELP, flush=True)
         return 0
     options = parse(argv)
@@ -157,4 +158,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command(main))

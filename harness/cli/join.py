@@ -1,8 +1,8 @@
-"""Collectors that join a running job, and leave it, without restarting it.
+"""Collectors that join a running job, and leave it, without restarting it (``harness join``).
 
-    python -m harness.cli.join HOST:PORT                            # one collector torchrun
-    --nproc_per_node=4 -m harness.cli.join HOST:PORT       # four, one per process srun --ntasks=16
-    python -m harness.cli.join HOST:PORT           # a pool of CPU nodes for a GPU job
+    harness join HOST:PORT                                  # one collector
+    harness join --nproc 4 HOST:PORT                        # four, one per process
+    srun --ntasks=16 python -m harness.cli.join HOST:PORT   # a pool of CPU nodes for a GPU job
 
 ``HOST:PORT`` is trainer 0's node and the job's ``topology.join_port``. Each
 process is one collector: it reads the job's config from the job, makes the
@@ -28,6 +28,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from harness.algos import ALGOS
+from harness.cli.usage import HELP_FLAGS, UsageError, command
 from harness.config import Config, load, register_configs
 from harness.core.packing import schema
 from harness.data.joined import (
@@ -47,10 +48,15 @@ from harness.sync.endpoints import Subscriber
 from harness.sync.store import StoreSource
 
 log = logging.getLogger("harness")
-JOINED_RANKS = (
-    100_000  # joined collector n seeds as rank JOINED_RANKS + n: apart from every rank of the job
-)
-USAGE = "usage: python -m harness.cli.join HOST:PORT   (trainer 0's node and the job's topology.join_port)"
+# joined collector n seeds as rank JOINED_RANKS + n: apart from every rank of the job
+JOINED_RANKS = 100_000
+HELP = """\
+Collectors that join a running job (topology.join_port > 0) and leave it, without restarting it.
+Each process is one collector: it reads the job's config from the job, takes its newest weights
+and streams its batches to trainer 0 until the job ends, or until it is asked to stop (Ctrl-C,
+SIGTERM: it sends its batch in hand, says goodbye and exits).
+
+  HOST:PORT    trainer 0's node and the job's topology.join_port (trainer 0 prints both)"""
 
 
 class Leaving(WeightSubscriber):
@@ -98,9 +104,7 @@ def join(host: str, port: int) -> None:
     collector, models, values, _ = make_collector(cfg, JOINED_RANKS + number)
     hello = {"schema": schema(collector.batch), "host": socket.gethostname(), "pid": os.getpid()}
     store.set(hello_key(number), json.dumps(hello))
-    answer = store.get(
-        answer_key(number)
-    ).decode()  # the trainer answers between two of its updates
+    answer = store.get(answer_key(number)).decode()  # the trainer answers between its updates
     if answer != "ok":
         raise SystemExit(f"the job at {host}:{port} refused this collector: {answer}")
     group = pair_group(store, number, 1, cfg.dist_timeout_s)
@@ -127,11 +131,18 @@ def join(host: str, port: int) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``harness join HOST:PORT`` in this process: one collector. A mistake raises
+    :class:`UsageError`."""
     args = sys.argv[1:] if argv is None else argv
+    if any(a in HELP_FLAGS for a in args):
+        print(HELP, flush=True)
+        return 0
     host, _, port = (args[0] if args else "").rpartition(":")
     if len(args) != 1 or not host or not port.isdigit():
-        print(USAGE, file=sys.stderr)
-        return 2
+        raise UsageError(
+            f"harness join takes HOST:PORT, trainer 0's node and the job's topology.join_port "
+            f"(got {' '.join(args) or 'nothing'})"
+        )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)  # a collector's one thread, as a job's collectors take
@@ -140,10 +151,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         join(host, int(port))
     except (RuntimeError, dist.DistStoreError) as e:
-        print(f"harness.cli.join {host}:{port}: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"harness join {host}:{port}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command(main))

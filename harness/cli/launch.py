@@ -1,4 +1,5 @@
-"""torchrun with Ctrl-C as people expect it: ``python -m harness.cli.launch [torchrun arguments]``.
+"""torchrun with Ctrl-C as people expect it: what ``harness train`` (and ``harness dataset``,
+``harness join`` with ``--nproc`` above 1) launches through (:mod:`harness.cli.jobs`).
 
     python -m harness.cli.launch --standalone --nproc_per_node=3 -m harness.train [overrides]
 
@@ -20,8 +21,7 @@ signal it handles as before), and this process does instead:
 Neither prints a traceback. Nor does SIGTERM (a scheduler's preemption),
 which torchrun handles as before: it passes the signal on to the workers, which
 checkpoint and stop, and then raises it in its own main loop; this process
-exits with status 128 + 15 instead of printing that. ``scripts/train.sh``
-launches through it.
+exits with status 128 + 15 instead of printing that.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ import signal
 import sys
 from pathlib import Path
 
+from harness.cli.usage import HELP_FLAGS, PRINTING_FLAGS, USAGE_ERROR
+
 INTERRUPTED = 128 + signal.SIGINT  # the shell's convention for "ended by Ctrl-C"
-WORKER_EXITS = (
-    "torch.distributed.elastic.multiprocessing"  # the agent's loggers of its workers' exits
-)
+# The agent's loggers of its workers' exits.
+WORKER_EXITS = "torch.distributed.elastic.multiprocessing"
 _presses: list[int] = []
 
 
@@ -112,8 +113,6 @@ def single_process(argv: list[str]) -> list[str] | None:
     to print (``--help``, ``--cfg job``): once, at once. None: launch the job."""
     from torch.distributed.run import get_args_parser
 
-    from harness.cli.errors import HELP_FLAGS, PRINTING_FLAGS
-
     args = get_args_parser().parse_args(argv)
     printing = any(a in HELP_FLAGS + PRINTING_FLAGS for a in args.training_script_args)
     if args.module and args.training_script.startswith("harness.") and printing:
@@ -129,8 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
-
-    from harness.cli.errors import USAGE_ERROR
 
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _on_sigint)

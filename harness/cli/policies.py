@@ -48,7 +48,8 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     run_dir = where.parent.parent if (where / "state.pt").exists() else where
     if not (run_dir / "config.yaml").exists():
         raise FileNotFoundError(
-            f"policy={path}: no run directory with a config.yaml there; give a run directory or one of its checkpoints/step-*"
+            f"policy={path}: no run directory with a config.yaml there; give a run directory or "
+            "one of its checkpoints/step-*"
         )
     run_cfg = OmegaConf.load(run_dir / "config.yaml")
     name = run_cfg.algo.name

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness.config import Config
+from harness.config import Config, plugins
 from harness.data.channel import POLL_S
 from harness.roles.collector import collect_loop, make_collector, make_periodic_evaluation
 from harness.sync import Endpoint
@@ -104,6 +104,8 @@ def main(
     heartbeat: torch.Tensor,
 ) -> None:
     """The worker's life: make the envs, say ready, collect until the stop."""
+    # A fresh interpreter (spawn): the plugins' algorithms and schemes, as its rank has them.
+    plugins.import_plugins()
     become_worker(rank, threads)
     beat: np.ndarray = heartbeat.numpy()
     try:

@@ -41,9 +41,8 @@ def commands(doc: Path) -> list[str]:
 
 
 def trains(command: str) -> bool:
-    return (
-        "scripts/train.sh" in command or "-m harness.train" in command
-    ) and "--help" not in command
+    launchers = ("scripts/train.sh", "-m harness.train", "harness train")
+    return any(launcher in command for launcher in launchers) and "--help" not in command
 
 
 def fresh_copy(dest: Path) -> Path:
@@ -58,10 +57,8 @@ def fresh_copy(dest: Path) -> Path:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     (dest / ".venv").symlink_to(ROOT / ".venv")
-    for name in (
-        "pyproject.toml",
-        "constraints.txt",
-    ):  # older than the .venv's install stamp: installed
+    # Older than the .venv's install stamp: installed.
+    for name in ("pyproject.toml", "constraints.txt"):
         os.utime(dest / name, (0, 0))
     return dest
 
@@ -69,9 +66,8 @@ def fresh_copy(dest: Path) -> Path:
 def test_the_commands_the_readme_and_the_quickstart_give_run_as_written(tmp_path):
     repo = fresh_copy(tmp_path / "harness")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = (
-        f"{repo / '.venv' / 'bin'}:{env['PATH']}"  # the README's set-up: the .venv's commands first
-    )
+    # The README's set-up: the .venv's commands first (harness, python, torchrun).
+    env["PATH"] = f"{repo / '.venv' / 'bin'}:{env['PATH']}"
     ran = []
     for doc in DOCS:
         for command in commands(ROOT / doc):

@@ -1,4 +1,5 @@
-"""The front door as a newcomer meets it: ``scripts/train.sh`` with its default 3 ranks (torchrun).
+"""The front door as a newcomer meets it: ``scripts/train.sh`` (``harness train`` after the set-up)
+with its default 3 ranks (torchrun).
 
 A mistake in the command is one message from one rank, without a traceback,
 and exit status 2; ``--help`` prints once and explains every setting; Ctrl-C
@@ -38,7 +39,8 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
     out = train_sh(["debug=tiny", "algo.lrr=1e-3", f"run_dir={workdir / 'run'}"], workdir)
     said = (out.stdout + out.stderr).strip().splitlines()
     assert said == [
-        "error: algo.lrr: no such setting in algo; did you mean algo.lr? (--help lists every setting)"
+        "error: algo.lrr: no such setting in algo; did you mean algo.lr? "
+        "(--help lists every setting)"
     ], said
     assert out.returncode == 2
     assert not (workdir / "run").exists()
@@ -51,7 +53,8 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
         (["algo=sac", "env=cartpole"], "error: algo=sac needs continuous actions"),
         (
             ["algo=ppp"],
-            "error: algo=ppp: no such option; did you mean algo=ppo? Choose one of: cql, dqn, iql, ppo, sac, td3",
+            "error: algo=ppp: no such option; did you mean algo=ppo? "
+            "Choose one of: cql, dqn, iql, ppo, sac, td3",
         ),
         (
             ["topology.trainers=3"],
@@ -59,11 +62,13 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
         ),
         (
             ["seed=abc"],
-            "error: Error merging override seed=abc: Value 'abc' of type 'str' could not be converted to Integer",
+            "error: Error merging override seed=abc: "
+            "Value 'abc' of type 'str' could not be converted to Integer",
         ),
         (
             ["+experiment=null"],
-            "error: a config group takes an option (group=option); to choose none, leave the group out",
+            "error: a config group takes an option (group=option); "
+            "to choose none, leave the group out",
         ),
     ],
 )

@@ -446,18 +446,18 @@ def test_evaluate_refuses_mistakes_with_a_sentence(tmp_path):
         ([str(run_dir), "episodes=0"], "episodes must be at least 1"),
         ([str(run_dir), "step=1.5"], "step=1.5 is not a whole number"),
         ([str(run_dir), "video=maybe"], "video=maybe is not true or false"),
-        ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness.cli.evaluate"),
+        ([str(run_dir), "epsiodes=3"], "epsiodes= is not an option of harness evaluate"),
         ([str(run_dir), "step=100"], "has no checkpoint at step 100; it has: [512]"),
         ([str(tmp_path)], "is not a run directory (no config.yaml)"),
         ([str(tmp_path / "started")], "started has no checkpoint yet"),
-        ([], "usage: python -m harness.cli.evaluate RUN_DIR"),
+        ([], "usage: harness evaluate RUN_DIR"),
     ):
         with pytest.raises(SystemExit) as stopped:
             evaluate_module.main(args)
         assert isinstance(stopped.value.code, str) and says in stopped.value.code, (
             args,
             stopped.value.code,
-        )  # exit status 1
+        )  # the command's status: 2 for a mistake (UsageError), 1 for a run without checkpoints
 
 
 @pytest.mark.e2e

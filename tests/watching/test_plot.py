@@ -1,31 +1,24 @@
-"""scripts/plot.py's learning curves of several runs: groups by config, seeds counted by value,
+"""``harness plot``'s learning curves of several runs: groups by config, seeds counted by value,
 each run to its own end, the aggregate only where every run of a group has data, true axis labels,
 and a legend that covers no point."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import BIN, ROOT
 from omegaconf import OmegaConf
 
-from harness.metrics.curves import aggregate, group_runs, load_run
+from harness.plot import figures
+from harness.plot.curves import aggregate, group_runs, load_run
 
 pytestmark = pytest.mark.unit
 CONFIG = (
     ROOT / "docs" / "metrics" / "td3_hopper" / "seed-1" / "config.yaml"
 )  # a config.yaml the harness wrote
-
-
-def plot_script():
-    spec = importlib.util.spec_from_file_location("plot_script", ROOT / "scripts" / "plot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def fake_run(run_dir, returns, seed=1, step="frames", every=1000, **overrides):
@@ -56,7 +49,7 @@ def test_two_runs_of_one_seed_are_two_runs_not_two_seeds(tmp_path):
         fake_run(tmp_path / name, [1, 2, 3], seed=1) for name in ("ppo-a", "ppo-b")
     ]  # the quickstart's case
     other = fake_run(tmp_path / "ppo-c", [1, 2, 3], seed=2)
-    groups = plot_script().plot_runs(same, tmp_path / "same.png")
+    groups = figures.plot_runs(same, tmp_path / "same.png")
     assert [g.legend for g in groups] == ["td3 Hopper-v5 (2 runs, seed 1)"]
     assert [g.legend for g in group_runs([load_run(d) for d in [same[0], other]])] == [
         "td3 Hopper-v5 (2 seeds: 1, 2)"
@@ -104,7 +97,7 @@ def test_each_run_to_its_end_and_the_aggregate_where_all_have_data(tmp_path):
     )  # finished: frames 1,000 to 5,000
     short = fake_run(tmp_path / "short", [30, 40, 50], seed=2)  # stopped at 3,000
     (group,) = group_runs([load_run(long), load_run(short)])
-    _, drawn = plot_script().draw([group])
+    _, drawn = figures.draw([group])
     step_panel, time_panel = drawn[0]
     assert [(x.min(), x.max()) for x, _ in step_panel.runs] == [(1000, 5000), (1000, 3000)]
     curve = step_panel.aggregate
@@ -137,7 +130,6 @@ def test_iqm_drops_the_outer_quarters_and_mean_does_not():
 
 
 def test_x_label_says_frames_online_and_gradient_steps_offline(tmp_path):
-    plot = plot_script()
     online = group_runs([load_run(fake_run(tmp_path / "on", [1, 2]))])
     offline_dir = fake_run(
         tmp_path / "off", [1, 2, 3], step="gradient_steps", algo={"name": "iql"}, dataset="d"
@@ -146,7 +138,7 @@ def test_x_label_says_frames_online_and_gradient_steps_offline(tmp_path):
     assert offline[0].y_key == "eval/return"  # an offline run logs no training return
     labels = {}
     for name, groups in (("online", online), ("offline", offline)):
-        fig, _ = plot.draw(groups)
+        fig, _ = figures.draw(groups)
         labels[name] = (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel())
     assert labels["online"] == ("env frames", "episode return (lines: training; dots: evaluation)")
     assert labels["offline"] == ("gradient steps (offline)", "evaluation return (lines and dots)")
@@ -157,7 +149,7 @@ def test_the_legend_covers_no_point(tmp_path):
     runs.append(
         fake_run(tmp_path / "lr", [300, 300, 300, 300], algo__learning_rate=0.001)
     )  # points in every corner
-    fig, _ = plot_script().draw(group_runs([load_run(d) for d in runs]))
+    fig, _ = figures.draw(group_runs([load_run(d) for d in runs]))
     fig.canvas.draw()
     (legend,) = fig.legends
     box = legend.get_window_extent()
@@ -168,13 +160,13 @@ def test_command_line_forms_write_their_figures(tmp_path):
     for seed in (1, 2):
         fake_run(tmp_path / "sota" / "td3_hopper" / f"seed-{seed}", [1, 2, 3], seed=seed)
 
-    def plot(*args):
-        done = subprocess.run(
-            [sys.executable, ROOT / "scripts" / "plot.py", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
+    def harness_plot(*args):
+        return subprocess.run(
+            [BIN / "harness", "plot", *args], cwd=tmp_path, capture_output=True, text=True
         )
+
+    def plot(*args):
+        done = harness_plot(*args)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -185,15 +177,37 @@ def test_command_line_forms_write_their_figures(tmp_path):
         "sota/td3_hopper/seed-1", "sota/td3_hopper/seed-2", "--out", "iqm.png", "--aggregate", "iqm"
     )
     assert "curves-td3_hopper.png" in plot("--presets", "sota", "--out-dir", "plots")
-    for png in ("curves.png", "iqm.png", "plots/curves-td3_hopper.png"):
+    # One run: its own curves.png, as the block that ends a run says.
+    assert "wrote sota/td3_hopper/seed-1/curves.png" in plot("sota/td3_hopper/seed-1")
+    pngs = (
+        "curves.png",
+        "iqm.png",
+        "plots/curves-td3_hopper.png",
+        "sota/td3_hopper/seed-1/curves.png",
+    )
+    for png in pngs:
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "empty").mkdir()
+    done = harness_plot("empty", "--out", "x.png")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "error: empty has no metrics.csv: is it a run directory?\n",
+    )  # a mistake in the command: one line
+
+
+def test_without_the_plot_extra_plot_says_how_to_install_it(tmp_path):
+    run = fake_run(tmp_path / "run", [1, 2, 3])
+    # A matplotlib that is not there, found first.
+    (tmp_path / "absent" / "matplotlib").mkdir(parents=True)
+    (tmp_path / "absent" / "matplotlib" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+    )
     done = subprocess.run(
-        [sys.executable, ROOT / "scripts" / "plot.py", "empty", "--out", "x.png"],
+        [BIN / "harness", "plot", str(run)],
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "absent")},
         capture_output=True,
         text=True,
     )
-    assert (
-        done.returncode == 1 and "empty has no metrics.csv: is it a run directory?" in done.stderr
-    )
+    assert done.returncode == 1 and "pip install -e '.[plot]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (run / "curves.png").exists()

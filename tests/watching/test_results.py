@@ -1,25 +1,16 @@
-"""scripts/sota_check.py's and scripts/offline_check.py's tables, made from run directories alone
-(finished or not)."""
+"""``harness results sota``'s and ``harness results offline``'s tables, made from run directories
+alone (finished or not)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from helpers import ROOT
 
+from harness.cli import results
+from harness.cli.results import offline_table as oc
+from harness.cli.results import sota as sc
 from harness.data.format import Meta
 
 pytestmark = pytest.mark.unit
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def fake_run(run_dir, returns, budget, time_s):
@@ -38,7 +29,6 @@ def fake_run(run_dir, returns, budget, time_s):
 
 
 def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
-    sc = script("sota_check")
     root = tmp_path / "sota"
     fake_run(root / "td3_hopper" / "seed-1", [100, 1000, 1200], budget=3000, time_s=60)
     fake_run(root / "td3_hopper" / "seed-2", [100, 1400], budget=3000, time_s=30)  # still running
@@ -59,7 +49,6 @@ def test_summary_reads_seeds_budgets_and_runs_in_progress(tmp_path):
 
 
 def test_final_return_counts_the_final_weights_evaluation_last():
-    sc = script("sota_check")
     rows = [
         {"eval/return": "100"},
         {"eval/return": ""},
@@ -77,11 +66,7 @@ def test_final_return_counts_the_final_weights_evaluation_last():
     )  # no evaluation: the last three training returns
 
 
-def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_otherwise(
-    monkeypatch, tmp_path
-):
-    sc = script("sota_check")
-    monkeypatch.delenv("NPROC", raising=False)
+def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_otherwise(tmp_path):
     # ppo_atari's rounds are CleanRL's 8 envs as 2 collectors x 4: 1 trainer + 2 collectors.
     assert "--nproc_per_node=3" in sc.command("ppo_atari", 1, tmp_path, None, False)
     assert "--nproc_per_node=3" in sc.command("ppo_atari_pong", 1, tmp_path, None, False)
@@ -89,15 +74,19 @@ def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_othe
         "ppo_cartpole", 1, tmp_path, None, False
     )  # 2 collectors x 4 envs x 32 steps
     assert "--nproc_per_node=2" in sc.command("sac_pendulum", 1, tmp_path, None, False)
-    monkeypatch.setenv("NPROC", "4")
-    assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False)
+    assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False, nproc=4)
 
 
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):
-    sc = script("sota_check")
     out = tmp_path / "results.md"
-    kept = "| PPO | CartPole-v1 | 500,000 | 1 (1) | 492.5 (train) | 490 ± 6 (CleanRL) | 500k | 130 s | |"
-    offline = "\n## Offline: IQL and CQL\n\n| algorithm | dataset |\n| --- | --- |\n| IQL | Pendulum-v1 medium |\n"
+    kept = (
+        "| PPO | CartPole-v1 | 500,000 | 1 (1) | 492.5 (train) | 490 ± 6 (CleanRL) | 500k "
+        "| 130 s | |"
+    )
+    offline = (
+        "\n## Offline: IQL and CQL\n\n| algorithm | dataset |\n| --- | --- |\n"
+        "| IQL | Pendulum-v1 medium |\n"
+    )
     out.write_text(f"# Results\n\n{sc.HEADER}\n{kept}\n| TD3 | Hopper-v5 | old |\n{offline}")
     sc.write_table(out, ["| TD3 | Hopper-v5 | new |"])
     text = out.read_text()
@@ -118,7 +107,6 @@ def offline_run(run_dir, evaluations, last_step, time_s):
 
 
 def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
-    oc = script("offline_check")
     meta = Meta(
         env="Hopper-v5",
         transitions=10,
@@ -155,7 +143,6 @@ def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
 
 
 def test_offline_section_keeps_other_rows_and_replaces_its_own(tmp_path):
-    oc = script("offline_check")
     out = tmp_path / "results.md"
     head = "\n## Offline: on X\n\n| algorithm | dataset |\n| --- | --- |\n"
     out.write_text("# Results\n" + head + "| IQL | X |\n| CQL | X |\n\n## Later\nkept\n")
@@ -166,3 +153,31 @@ def test_offline_section_keeps_other_rows_and_replaces_its_own(tmp_path):
         "| IQL | X |\n| CQL | X | new |\n| CQL (variant) | X |\n" in text
     )  # CQL's row replaced, the others kept
     assert text.endswith("\n## Later\nkept\n") and text.count("## Offline") == 1
+
+
+def test_sota_summarize_writes_the_table_from_the_run_directories_alone(tmp_path):
+    root, out = tmp_path / "sota", tmp_path / "results.md"
+    fake_run(root / "td3_hopper" / "seed-1", [100, 1000, 1200], budget=3000, time_s=60)
+    args = ["sota", "--summarize", "--only", "td3_hopper", "--runs-root", str(root)]
+    assert results.main([*args, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Results\n\nMade by `harness results sota` from the run directories")
+    assert "\n| TD3 | Hopper-v5 | 3,000 | 1 (1) | 1,100.0 (eval) |" in text
+
+
+def test_offline_section_says_how_it_was_made_and_what_its_dataset_is():
+    meta = Meta(
+        env="Pendulum-v1",
+        transitions=50_000,
+        episodes=250,
+        behaviour_return=-600.0,
+        random_return=-1200.0,
+        expert_return=-150.0,
+        sources=[{"algo": "sac", "frames": 3072}],
+    )
+    made_by = "Made by `harness results offline --task pendulum` on 2026-12-04 (...)."
+    head = oc.section("Offline: on X", made_by, "datasets/x", meta, 10, [10_000, 50_000])
+    lines = head.splitlines()
+    assert lines[:4] == ["", "## Offline: on X", "", made_by]
+    assert lines[4].startswith("Dataset `datasets/x`: 50,000 transitions of a SAC policy stopped")
+    assert "| normalised at 10k / 50k |" in lines[-2] and lines[-1].startswith("| --- |")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, launch_env, rows, run_harness
+from helpers import BIN, launch_env, rows, run_harness
 
 pytestmark = pytest.mark.e2e
 TINY = ["debug=tiny", "logger.console=false"]
@@ -142,7 +141,7 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
 
     def plot(*args: str) -> None:
         done = subprocess.run(
-            [sys.executable, str(ROOT / "scripts/plot.py"), *args],
+            [str(BIN / "harness"), "plot", *args],
             cwd=workdir,
             env=launch_env(),
             capture_output=True,
@@ -156,7 +155,7 @@ def test_plot_script_draws_learning_curves_and_benchmarks(workdir):
     for seed in (
         1,
         2,
-    ):  # scripts/sota_check.py's layout: <root>/<preset>/seed-<n>, one PNG per preset
+    ):  # harness results sota's layout: <root>/<preset>/seed-<n>, one PNG per preset
         (workdir / "sota" / "tiny").mkdir(parents=True, exist_ok=True)
         (workdir / "sota" / "tiny" / f"seed-{seed}").symlink_to(workdir / f"seed{seed}")
     plot("--presets", "sota", "--out-dir", "plots")  # a folder not made yet

@@ -1,29 +1,24 @@
-"""Run the SOTA presets over seeds and write the table of docs/results.md.
+"""``harness results sota``: run the SOTA presets over seeds and write the table of docs/results.md.
 
-    scripts/sota_check.sh                                      # every preset at its full budget,
-    seed 1 scripts/sota_check.sh --only ppo_halfcheetah --seeds 1 2 3 scripts/sota_check.sh --only
-    td3_hopper --frames 300000    # capped: the table says it ran below the published budget
-    scripts/sota_check.sh --summarize --runs-root /work/runs/sota   # only read run directories, run
-    nothing
+    harness results sota                                     # every preset, full budget, seed 1
+    harness results sota --only ppo_halfcheetah --seeds 1 2 3
+    harness results sota --only td3_hopper --frames 300000   # capped: the table says so
+    harness results sota --summarize --runs-root runs/sota   # only read run directories
 
-Each preset and seed runs through torchrun (1 trainer + the collectors its
-settings are for: 2 for ``ppo_cartpole`` and the Atari presets, 1 for the
-others; NPROC=N, when set, starts N processes for every preset;
-``ppo_atari_pong`` is ``experiment=ppo_atari env=pong``) in
-``<runs-root>/<preset>/seed-<n>`` (default runs-root:
-runs/sota). The same command on an unfinished run directory resumes it;
-``--start-over`` moves an earlier run aside first. Runs launched some other
-way (``torchrun ... -m harness.train experiment=<preset> seed=<n>
-run_dir=<runs-root>/<preset>/seed-<n>``) are summarised the same way: the
-table is made from each run directory's ``metrics.csv`` (and its
-``config.yaml`` for the budget), so ``--summarize`` also reports runs still in
-progress, marked as such, with the return of their newest rows.
+Each preset and seed runs through torchrun (1 trainer + the collectors its settings are for: 2 for
+``ppo_cartpole`` and the Atari presets, 1 for the others; ``--nproc N`` starts N processes for
+every preset; ``ppo_atari_pong`` is ``experiment=ppo_atari env=pong``) in
+``<runs-root>/<preset>/seed-<n>`` (default runs-root: runs/sota). The same command on an
+unfinished run directory resumes it; ``--start-over`` moves an earlier run aside first. Runs
+launched some other way (``torchrun ... -m harness.train experiment=<preset> seed=<n>
+run_dir=<runs-root>/<preset>/seed-<n>``) are summarised the same way: the table is made from each
+run directory's ``metrics.csv`` (and its ``config.yaml`` for the budget), so ``--summarize`` also
+reports runs still in progress, marked as such, with the return of their newest rows.
 
-Per seed, the final return is the mean ``eval/return`` of the last two
-evaluations where the preset evaluates, else the mean ``train/episode_return``
-of the last three log rows; the wall time is ``time_s`` of the last row. How
-fast a run gets there is in the column of training returns (the same mean of
-three rows) at 25%, 50% and 100% of the budget.
+Per seed, the final return is the mean ``eval/return`` of the last two evaluations where the
+preset evaluates, else the mean ``train/episode_return`` of the last three log rows; the wall time
+is ``time_s`` of the last row. How fast a run gets there is in the column of training returns (the
+same mean of three rows) at 25%, 50% and 100% of the budget.
 """
 
 from __future__ import annotations
@@ -41,7 +36,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: runs/sota and docs/results.md
+SUMMARY = "run the online presets over seeds; their table in docs/results.md"
 
 
 @dataclass(frozen=True)
@@ -52,12 +48,12 @@ class Published:
     task: str
     score: str  # mean ± std over seeds, and where it comes from
     frames: int  # the budget it was published at
-    launch: tuple[
-        str, ...
-    ] = ()  # what to train, where the name is not itself a preset: experiment=... and overrides
+    # what to train, where the name is not itself a preset: experiment=... and overrides
+    launch: tuple[str, ...] = ()
     nproc: int = 2  # torchrun's processes: 1 trainer + the collectors the preset's settings are for
 
 
+BREAKOUT = "Breakout (ALE v5, envpool's settings)"
 PRESETS = {
     "ppo_cartpole": Published(
         "PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000, nproc=3
@@ -70,16 +66,8 @@ PRESETS = {
     "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
     "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
-    "ppo_atari": Published(
-        "PPO",
-        "Breakout (ALE v5, envpool's settings)",
-        "415 (CleanRL, envpool)",
-        10_000_000,
-        nproc=3,
-    ),
-    "dqn_atari": Published(
-        "DQN", "Breakout (ALE v5, envpool's settings)", "367 (CleanRL)", 10_000_000, nproc=3
-    ),
+    "ppo_atari": Published("PPO", BREAKOUT, "415 (CleanRL, envpool)", 10_000_000, nproc=3),
+    "dqn_atari": Published("DQN", BREAKOUT, "367 (CleanRL)", 10_000_000, nproc=3),
     "ppo_atari_pong": Published(
         "PPO",
         "Pong (ALE v5, envpool's settings)",
@@ -102,9 +90,8 @@ class Run:
     source: str  # eval or train
     train: float  # train_return's
     wall_s: float
-    progress: tuple[
-        float, ...
-    ]  # train_return at 25%, 50% and 100% of the budget (nan before the run gets there)
+    # train_return at 25%, 50% and 100% of the budget (nan before the run gets there)
+    progress: tuple[float, ...]
 
     @property
     def finished(self) -> bool:
@@ -161,11 +148,8 @@ def read_run(run_dir: Path) -> Run | None:
         return None
     final, source = final_return(rows)
     seed = run_dir.name.removeprefix("seed-")
-    frames, wall_s, budget = (
-        int(float(rows[-1]["frames"])),
-        float(rows[-1]["time_s"]),
-        budget_of(run_dir),
-    )
+    frames, wall_s = int(float(rows[-1]["frames"])), float(rows[-1]["time_s"])
+    budget = budget_of(run_dir)
     return Run(
         seed,
         frames,
@@ -211,11 +195,19 @@ def summary_row(preset: str, runs: list[Run]) -> str:
     at_shares = " / ".join(
         mean_over_reached([r.progress[i] for r in runs]) for i in range(len(PROGRESS))
     )
-    return (
-        f"| {pub.algo} | {pub.task} | {' / '.join(f'{b:,}' for b in budgets)} | {len(runs)} ({', '.join(r.seed for r in runs)}) | "
-        f"{mean_sd(finals)} ({sources}) | {at_shares} | {pub.score} | {short(pub.frames)} | {wall:,.0f} s | "
-        f"{'; '.join(notes)} |"
-    )
+    cells = [
+        pub.algo,
+        pub.task,
+        " / ".join(f"{b:,}" for b in budgets),
+        f"{len(runs)} ({', '.join(r.seed for r in runs)})",
+        f"{mean_sd(finals)} ({sources})",
+        at_shares,
+        pub.score,
+        short(pub.frames),
+        f"{wall:,.0f} s",
+        "; ".join(notes),
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 def mean_sd(values: list[float]) -> str:
@@ -241,14 +233,18 @@ def short(frames: int) -> str:
 
 
 def command(
-    preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool
+    preset: str,
+    seed: int,
+    run_dir: Path,
+    frames: int | None,
+    start_over: bool,
+    nproc: int | None = None,
 ) -> list[str]:
-    """The torchrun command line of one preset and seed."""
-    nproc = int(os.environ.get("NPROC", PRESETS[preset].nproc))
+    """The torchrun command line of one preset and seed (``nproc``: the preset's own if None)."""
     cmd = [
         str(Path(sys.executable).parent / "torchrun"),
         "--standalone",
-        f"--nproc_per_node={nproc}",
+        f"--nproc_per_node={nproc or PRESETS[preset].nproc}",
         "-m",
         "harness.train",
         *(PRESETS[preset].launch or [f"experiment={preset}"]),
@@ -263,56 +259,72 @@ def command(
     return cmd
 
 
-def launch(preset: str, seed: int, run_dir: Path, frames: int | None, start_over: bool) -> int:
+def launch(cmd: list[str]) -> int:
     """One preset and seed through torchrun; returns its exit status."""
-    cmd = command(preset, seed, run_dir, frames, start_over)
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=sorted(PRESETS),
+        metavar="PRESET",
+        help="these presets only: " + ", ".join(sorted(PRESETS)),
     )
-    parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), help="these presets only")
-    parser.add_argument(
+    p.add_argument(
         "--seeds",
         type=int,
         nargs="+",
+        metavar="N",
         help="seeds to run (default 1) or to summarise (default: every seed-* found)",
     )
-    parser.add_argument("--frames", type=int, help="cap every preset run at this many frames")
-    parser.add_argument(
+    p.add_argument(
+        "--frames", type=int, metavar="N", help="cap every preset run at this many frames"
+    )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="torchrun's processes for every preset (default: each preset's)",
+    )
+    p.add_argument(
         "--runs-root",
         type=Path,
         default=ROOT / "runs" / "sota",
+        metavar="DIR",
         help="run directories: <root>/<preset>/seed-<n>",
     )
-    parser.add_argument(
+    p.add_argument(
         "--summarize",
         action="store_true",
         help="run nothing: summarise the run directories there are",
     )
-    parser.add_argument(
+    p.add_argument(
         "--start-over",
         action="store_true",
         help="move an earlier run in a run directory aside first",
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
-    args = parser.parse_args()
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "results.md",
+        metavar="FILE",
+        help="the table's markdown file (default: docs/results.md)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Launch what ``args`` ask for, then write the rows of every preset with runs."""
     failed = []
     lines = []
     for preset in args.only or PRESETS:
         if not args.summarize:
             for seed in args.seeds or [1]:
-                status = launch(
-                    preset,
-                    seed,
-                    args.runs_root / preset / f"seed-{seed}",
-                    args.frames,
-                    args.start_over,
-                )
-                if status:
+                run_dir = args.runs_root / preset / f"seed-{seed}"
+                cmd = command(preset, seed, run_dir, args.frames, args.start_over, args.nproc)
+                if status := launch(cmd):
                     failed.append(f"{preset} seed {seed} (exit {status})")
         runs = [
             run
@@ -324,13 +336,30 @@ def main() -> None:
             print(lines[-1], flush=True)
     write_table(args.out, lines)
     if failed:
-        sys.exit("failed: " + "; ".join(failed))
+        raise SystemExit("failed: " + "; ".join(failed))
+    return 0
 
 
 HEADER = (
-    "| algorithm | task | frames (budget) | seeds | final return | train return at 25% / 50% / 100% | published | "
+    "| algorithm | task | frames (budget) | seeds | final return "
+    "| train return at 25% / 50% / 100% | published | "
     "published at | wall time per seed | notes |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+)
+ABOUT = (
+    "Made by `harness results sota` from the run directories `<runs-root>/<preset>/seed-<n>` "
+    "(1 trainer + 1\ncollector through torchrun, 2 for PPO CartPole and Atari, on this project's "
+    "2-core, no-GPU machine).\n"
+)
+HOW = (
+    "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last "
+    "one of the\nfinal weights, `eval/final_return`, where the run logged it) where the preset "
+    "evaluates, else the mean\n`train/episode_return` of the last three log rows (the stochastic "
+    "policy's training episodes, as CleanRL\nreports); then the mean ± standard deviation (n - 1) "
+    "over seeds. Wall time: `time_s` of the last row, mean\nover seeds. A row says when it ran "
+    "below the published budget, and when a seed has not reached its budget\n(in progress, or "
+    "stopped). How fast: the training return (the same mean of three rows) at 25%, 50% and\n100% "
+    "of the budget. Offline presets: below.\n\n"
 )
 
 
@@ -354,21 +383,7 @@ def write_table(out: Path, lines: list[str]) -> None:
     }
     rows.update({key(line): line for line in lines})
     out.write_text(
-        "# Results\n\n"
-        "Made by `scripts/sota_check.sh` from the run directories `<runs-root>/<preset>/seed-<n>` (1 trainer + 1\n"
-        "collector through torchrun, 2 for PPO CartPole and Atari, on this project's 2-core, no-GPU machine).\n"
-        f"Last update {time.strftime('%Y-%m-%d')}.\n"
-        "Final return: per seed, the mean of the last two evaluations (deterministic policy; the last one of the\n"
-        "final weights, `eval/final_return`, where the run logged it) where the preset evaluates, else the mean\n"
-        "`train/episode_return` of the last three log rows (the stochastic policy's training episodes, as CleanRL\n"
-        "reports); then the mean ± standard deviation (n - 1) over seeds. Wall time: `time_s` of the last row, mean\n"
-        "over seeds. A row says when it ran below the published budget, and when a seed has not reached its budget\n"
-        "(in progress, or stopped). How fast: the training return (the same mean of three rows) at 25%, 50% and\n"
-        "100% of the budget. Offline presets: below.\n\n"
+        f"# Results\n\n{ABOUT}Last update {time.strftime('%Y-%m-%d')}.\n{HOW}"
         f"{HEADER}\n" + "\n".join(rows.values()) + "\n" + sections
     )
     print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Learning curves of several runs, grouped by configuration: what ``scripts/plot.py`` draws.
+"""Learning curves of several runs, grouped by configuration: what ``harness plot`` draws.
 
 A run is a directory the harness wrote: ``config.yaml`` and ``metrics.csv``, whose step column
 is ``frames`` (env frames), or ``gradient_steps`` in runs of offline algorithms (iql, cql), as the

@@ -1,0 +1,137 @@
+"""The offline section of docs/results.md: a row per algorithm from its runs' ``metrics.csv``, and
+the section that replaces its namesake in the file (``harness results offline``)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.data.format import Meta
+
+# Gradient steps the table gives the normalised score at (where run).
+SCORED_AT = (10_000, 50_000, 100_000)
+TABLE_HEAD = (
+    "| algorithm | dataset | gradient steps | seeds | final return | normalised "
+    "| normalised at {at} | behaviour return | wall time |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+)
+
+
+def replace_section(out: Path, section: str) -> None:
+    """Put ``section`` (it starts with its ``## `` heading) into ``out`` in place of the section of
+    the same heading; table rows of the old section whose first two cells no new row has (another
+    algorithm's, or the same one's under another ``--label``) are kept. The rest of the file
+    stays."""
+    text = out.read_text() if out.exists() else "# Results\n"
+    heading = section.strip().splitlines()[0]
+    start = text.find("\n" + heading)
+    if start < 0:
+        out.write_text(text.rstrip("\n") + "\n" + section)
+        return
+    end = text.find("\n## ", start + 1)
+    old, rest = text[start:end] if end >= 0 else text[start:], text[end:] if end >= 0 else ""
+
+    def key(line: str) -> tuple[str, ...]:
+        return tuple(cell.strip() for cell in line.strip("|").split("|")[:2])
+
+    new_rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith(("| algorithm", "| ---"))
+    ]
+    replaced = {key(r) for r in new_rows}
+    kept = [
+        line
+        for line in old.splitlines()
+        if line.startswith("| ")
+        and not line.startswith(("| algorithm", "| ---"))
+        and key(line) not in replaced
+    ]
+    if kept:
+        section = section.replace(new_rows[0], "\n".join([*kept, new_rows[0]]), 1)
+    out.write_text(text[:start] + section + rest)
+
+
+def evaluations(rows: list[dict]) -> list[tuple[float, float]]:
+    """``(gradient steps, eval/return)`` of a metrics.csv's rows that have an evaluation."""
+    return [
+        (float(r["gradient_steps"]), float(r["eval/return"]))
+        for r in rows
+        if r.get("eval/return") not in (None, "", "nan")
+    ]
+
+
+def normalised_at(
+    rows: list[dict], steps: int, normalized: Callable[[float], float | None]
+) -> float:
+    """The normalised score of the newest evaluation at or before ``steps`` gradient steps; nan if
+    the run had not got that far."""
+    if float(rows[-1]["gradient_steps"]) < steps:
+        return math.nan
+    returns = [e for at, e in evaluations(rows) if at <= steps]
+    score = normalized(returns[-1]) if returns else None
+    return math.nan if score is None else score
+
+
+def score(normalised: float | None) -> str:
+    """A normalised score as the table shows it; - for none."""
+    return "-" if normalised is None else f"{normalised:.1f}"
+
+
+def offline_row(
+    name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]
+) -> str:
+    """One table row from finished run directories: the final return (the mean of each seed's last
+    three evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the
+    behaviour return and the wall time (``time_s`` of each run's last row, mean over seeds)."""
+    tables = [list(csv.DictReader((d / "metrics.csv").open())) for d in run_dirs]
+    finals = [statistics.mean([e for _, e in evaluations(rows)][-3:]) for rows in tables]
+    mean = statistics.mean(finals)
+    spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
+    at = []
+    for steps in scored_at:
+        scores = [
+            s
+            for s in (normalised_at(rows, steps, meta.normalized) for rows in tables)
+            if not math.isnan(s)
+        ]
+        at.append(score(statistics.mean(scores) if scores else None))
+    steps_run = int(float(tables[0][-1]["gradient_steps"]))
+    verdict = "above" if mean > meta.behaviour_return else "NOT above"
+    wall = statistics.mean(float(rows[-1]["time_s"]) for rows in tables)
+    cells = [
+        name,
+        dataset_name,
+        f"{steps_run:,}",
+        str(len(finals)),
+        f"{mean:.1f}{spread}",
+        score(meta.normalized(mean)),
+        " / ".join(at),
+        f"{meta.behaviour_return:.1f} ({verdict})",
+        f"{wall:.0f} s",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def section(
+    title: str, made_by: str, dataset: str, meta: Meta, episodes: int, scored_at: list[int]
+) -> str:
+    """The section's heading, how its rows were made and read, and its table's head; the rows
+    follow it."""
+    behaviour = meta.sources[0]  # the policy and checkpoint it was written with
+    at = " / ".join(f"{s // 1000}k" for s in scored_at)
+    return (
+        f"\n## {title}\n\n{made_by}\n"
+        f"Dataset `{dataset}`: {meta.transitions:,} transitions of a "
+        f"{behaviour['algo'].upper()} policy stopped at {behaviour['frames']:,} frames; behaviour "
+        f"return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert "
+        f"{meta.expert_return:.1f} (the fully trained policy, deterministic).\n"
+        "Final return: per seed, the mean `eval/return` of the last three evaluations "
+        f"({episodes} deterministic episodes each); normalised: "
+        "`100 * (R - random) / (expert - random)`; at N steps: the newest evaluation by then, mean "
+        "over seeds (- where no run got there). Wall time: `time_s` of a run's last row, mean over "
+        "seeds.\n\n" + TABLE_HEAD.format(at=at)
+    )
