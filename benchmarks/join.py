@@ -6,7 +6,7 @@ root and iproute2 needed). On the first, a 1 trainer + 2 collector job (async
 PPO on ``slow_env:SlowCartPole-v0``, whose steps sleep ``--step-s``: collectors
 that cost time, not CPU, as a pool of slow simulators) with
 ``topology.join_port``; on the second, a second launch of ``--joiners``
-collectors (``python -m harness.cli.join``) that joins after the first phase and
+collectors (``harness join``) that joins after the first phase and
 leaves (SIGTERM) after the second. Intake in each phase is the frames the
 trainer learned from over its training time (two rows of ``metrics.csv``
 ``--phase-s`` apart); the trainer's process id is read before and after.

@@ -293,11 +293,11 @@ def main(raw: DictConfig) -> None:
 HELP = """\
 Train a policy: trainer ranks learn, collector ranks step the envs; Hydra composes the config.
 
-  scripts/train.sh [overrides]                      NPROC=3 ranks (1 trainer + 2 collectors);
-                                                    NPROC=1: one process
-  scripts/train.sh -m seed=1,2,3 [overrides]        a sweep: one run after another, each in its
+  harness train [overrides]                         3 ranks (1 trainer + 2 collectors);
+                                                    --nproc 1: one process
+  harness train -m seed=1,2,3 [overrides]           a sweep: one run after another, each in its
                                                     own directory
-  scripts/train.sh experiment=sac_pendulum --help   the settings that command would run with
+  harness train experiment=sac_pendulum --help      the settings that command would run with
 
 An override is group=option (a file of conf/<group>/) or key=value (a setting below).
 --hydra-help lists Hydra's own flags; --cfg job prints the composed config."""

@@ -5,7 +5,7 @@ the wrong device, an optimiser state made before a move, or a normaliser left
 behind all train (or crash) on the CPU while the layout line says ``cuda:0``.
 :func:`misplaced` walks everything an algorithm holds; the trainer runs
 :func:`check_devices` after its first update and after a resume, the device
-tests run it on ``meta``, and ``scripts/gpu_check.sh`` reports what it found.
+tests run it on ``meta``, and ``harness gpu-check`` reports what it found.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         if not dataset:
             raise ValueError(
                 f"algo={name} learns from a dataset: add dataset=<path>. Write one with "
-                "`python -m harness.cli.dataset env=<env> policy=<run dir> out=<path>` "
+                "`harness dataset env=<env> policy=<run dir> out=<path>` "
                 "(docs/offline.md)"
             )
 

@@ -14,6 +14,7 @@ from tensordict import TensorDict
 from harness.algos import ALGOS, algorithm_for
 from harness.algos.base import AlgoConfig, Policy
 from harness.collect.envs import env_spec
+from harness.config import plugins
 from harness.core import checkpoint
 from harness.core.specs import EnvSpec
 
@@ -44,6 +45,7 @@ def load_policy(path: str, env_id: str) -> tuple[Policy, dict[str, float], dict]
     checkpoint ``path`` names) holds (acting through the checkpoint's
     observation statistics, if it normalises), the header values it acted with at that
     point of training (DQN's epsilon, say), and a description of where it came from."""
+    plugins.import_plugins()  # the run's algorithm may be a plugin's
     where = Path(path)
     run_dir = where.parent.parent if (where / "state.pt").exists() else where
     if not (run_dir / "config.yaml").exists():

@@ -4,8 +4,8 @@ Four callers share it: the first collector of an online run (every
 ``eval.every_frames``, results riding on its next batch), every collector of
 an offline run (each new version, results sent to the trainer), a
 single-process run, which evaluates in the trainer's own process, and
-``python -m harness.cli.evaluate``, which evaluates a checkpoint. The first
-evaluator of a run and ``harness.cli.evaluate`` with the run's seed play the same
+``harness evaluate``, which evaluates a checkpoint. The first
+evaluator of a run and ``harness evaluate`` with the run's seed play the same
 episodes. With ``eval.video_every``, the first evaluator records env 0's
 episode of every so many evaluations to ``<run_dir>/videos/``.
 """

@@ -32,7 +32,7 @@ class TopologyConfig:
     """Which ranks do what."""
 
     trainers: int = 1  # ranks 0..trainers-1 learn; every other rank collects
-    # >0: trainer 0 takes collectors of other launches on this port (python -m harness.cli.join
+    # >0: trainer 0 takes collectors of other launches on this port (harness join
     # HOST:PORT) while it runs; async mode, one trainer (docs/scaling.md)
     join_port: int = 0
 
@@ -154,7 +154,7 @@ class Config:
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
-    # offline algorithms: a dataset directory (python -m harness.cli.dataset) or minari:<id>
+    # offline algorithms: a dataset directory (harness dataset) or minari:<id>
     dataset: Optional[str] = None
 
     def __post_init__(self) -> None:

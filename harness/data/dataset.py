@@ -116,7 +116,7 @@ def check_sizes(path: Path, meta: Meta) -> None:
                 f"{file} holds {size:,} bytes, but {expected:,} are expected ({meta.transitions} "
                 f"transitions of {shape[1:]} {name.removeprefix('torch.')}, as meta.json and "
                 "data/meta.json say): it was cut short or written over. Nothing was changed; write "
-                "the dataset again (python -m harness.cli.dataset)"
+                "the dataset again (harness dataset)"
             )
 
 
@@ -139,7 +139,7 @@ def refuse_non_tensors(path: Path) -> None:
         raise DatasetError(
             f"dataset {path} holds {file.relative_to(path)}, which is not a tensor "
             "(a pickled field, or a class to import). The harness never unpickles a dataset, "
-            "since that can run code: write the dataset again with python -m harness.cli.dataset, "
+            "since that can run code: write the dataset again with harness dataset, "
             "from tensors only"
         )
 
@@ -177,7 +177,7 @@ def _load_dir(path: Path) -> tuple[TensorDict, Meta]:
     if not path.exists():
         raise DatasetError(
             f"dataset {path} does not exist (nothing is downloaded). Write one with "
-            f"`python -m harness.cli.dataset env=<env> out={path}` (docs/offline.md), "
+            f"`harness dataset env=<env> out={path}` (docs/offline.md), "
             "or pass dataset=minari:<id> for a Minari dataset already on this machine"
         )
     if not (path / "meta.json").exists():

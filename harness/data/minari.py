@@ -32,7 +32,7 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
             f"Minari dataset {dataset_id!r} is not on this machine (looked in {where}; nothing is "
             f"downloaded). On a machine with network access run `minari download {dataset_id}` and "
             "copy the directory here (or point MINARI_DATASETS_PATH at it), or write a dataset "
-            "with `python -m harness.cli.dataset`"
+            "with `harness dataset`"
         )
     dataset = minari.load_dataset(dataset_id)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in FIELDS}

@@ -114,7 +114,7 @@ class Layout:
                 f"topology.trainers={self.trainers} with world size {self.world_size} leaves no "
                 f"rank to collect.\n{self.describe()}\n"
                 "Fix: launch more ranks "
-                f"(NPROC={self.trainers + 1} scripts/train.sh, or torchrun "
+                f"(harness train --nproc {self.trainers + 1}, or torchrun "
                 f"--nproc_per_node={self.trainers + 1}) or lower topology.trainers."
             )
         collectors = self.world_size - self.trainers

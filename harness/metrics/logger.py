@@ -54,7 +54,7 @@ class CSVLog:
 class VideoFiles:
     """New ``eval-*.mp4`` files in a directory since the last look (evaluation
     videos that a collector wrote), each with the step in its name. Those of
-    ``python -m harness.cli.evaluate video=true`` (``evaluate-*.mp4``) are not the run's."""
+    ``harness evaluate RUN_DIR video=true`` (``evaluate-*.mp4``) are not the run's."""
 
     PATTERN = "eval-*.mp4"
 

@@ -57,7 +57,7 @@ def make_evaluation(cfg: Config, rank: int, subscriber: WeightSubscriber) -> Eva
 def evaluate_final(cfg: Config, algo: Algorithm, header: Header) -> EvalResult:
     """The weights an online run ends with, evaluated in trainer 0's process
     on the first evaluator's episodes (those of its periodic evaluations and
-    of ``harness.cli.evaluate``): the run's last row scores what it hands over,
+    of ``harness evaluate``): the run's last row scores what it hands over,
     whatever ``eval.every_frames`` is. A CPU copy, wherever the trainer learns."""
     models = type(algo).make_models(cfg.algo, algo.spec)
     for name, model in algo.published_models().items():

@@ -227,7 +227,7 @@ def open_join_desk(cfg: Config, publisher: WeightPublisher, template: TensorDict
     store.set(HEADER_ONLY, "0" if publisher.delivers_weights else "1")
     assert isinstance(publisher, Publisher)  # every scheme's trainer end is endpoints'
     publisher.add_sink(StoreSink(store))
-    log.info("collectors may join: python -m harness.cli.join %s:%d", socket.getfqdn(), port)
+    log.info("collectors may join: harness join %s:%d", socket.getfqdn(), port)
     return JoinDesk(store, template, cfg.dist_timeout_s, server)
 
 

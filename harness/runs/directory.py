@@ -288,8 +288,8 @@ def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
     raise RunDirError(
         f"run_dir {run_dir} holds a run started with {layout_text(saved, fpb, sync)}; this launch "
         f"has {layout_text(now, fpb, sync)}. Resuming it would change what an update learns from. "
-        f"Relaunch with {counted(saved['world_size'], 'rank')} (NPROC={saved['world_size']} "
-        f"scripts/train.sh, or torchrun --nproc_per_node={saved['world_size']} on one node) and "
+        f"Relaunch with {counted(saved['world_size'], 'rank')} (harness train "
+        f"--nproc {saved['world_size']}, or torchrun --nproc_per_node={saved['world_size']} on one node) and "
         f"topology.trainers={saved['trainers']}; or start a new run from its weights: "
         f"checkpoint.init_from={run_dir} run_name=<new name>"
     )

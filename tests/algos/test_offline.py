@@ -87,9 +87,7 @@ def test_dataset_for_another_env_is_refused(tmp_path):
 
 @pytest.mark.unit
 def test_missing_unfinished_and_damaged_datasets_say_what_to_do(tmp_path):
-    with pytest.raises(
-        dataset.DatasetError, match=r"does not exist.*python -m harness.cli.dataset"
-    ):
+    with pytest.raises(dataset.DatasetError, match=r"does not exist.*harness dataset"):
         dataset.load(tmp_path / "nowhere")
     storage = dataset.allocate(
         tmp_path / "half", random_transitions(1)[0], 10

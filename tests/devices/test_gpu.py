@@ -1,5 +1,5 @@
 """The GPU tier: what only a GPU can show. Skipped, saying why, without one;
-scripts/gpu_check.sh runs it first on a GPU machine. (The decisions behind
+harness gpu-check runs it first on a GPU machine. (The decisions behind
 these paths are tested on the CPU in tests/devices/test_devices.py.)"""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
         GPUS == 0,
-        reason="needs CUDA: this machine has no GPU (scripts/gpu_check.sh runs this tier on one)",
+        reason="needs CUDA: this machine has no GPU (harness gpu-check runs this tier on one)",
     ),
 ]
 PENDULUM = env_spec("Pendulum-v1")

@@ -51,7 +51,7 @@ def test_a_resume_with_another_nproc_that_would_change_the_batch_is_refused_nami
     assert "started with 3 ranks (1 trainer, 2 collectors each: 128 frames per update)" in said
     assert "this launch has 2 ranks (1 trainer, 1 collector each: 64 frames per update)" in said
     assert (
-        "Relaunch with 3 ranks (NPROC=3 scripts/train.sh" in said
+        "Relaunch with 3 ranks (harness train --nproc 3, or torchrun" in said
         and f"checkpoint.init_from={run.resolve()}" in said
     )
     assert snapshot(run) == before

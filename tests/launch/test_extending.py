@@ -71,11 +71,6 @@ def test_an_algorithm_a_scheme_and_an_env_from_outside_the_package_train_a_job(t
     assert returns[-1] > returns[0] and sum(returns[-2:]) / 2 > toy_env.LENGTH / 2 + 1.5, returns
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="harness/cli/policies.py::load_policy looks the algorithm up in ALGOS without "
-    "importing HARNESS_PLUGINS (KeyError: 'toy_pg'); when it does, drop this mark",
-)
 def test_harness_evaluate_plays_a_plugin_algorithm_s_checkpoint(toy_run):
     out = subprocess.run(
         [sys.executable, "-m", "harness", "evaluate", str(toy_run), "episodes=4"],

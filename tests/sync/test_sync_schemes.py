@@ -401,6 +401,6 @@ def test_none_scheme_moves_the_header_but_not_the_weights():
 @pytest.mark.unit
 def test_nccl_without_cuda_fails_at_start_up_suggesting_gloo():
     if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: scripts/gpu_check.sh covers sync=nccl")
+        pytest.skip("this machine has CUDA: harness gpu-check covers sync=nccl")
     with pytest.raises(ValueError, match=r"sync=nccl needs CUDA.*use sync=gloo"):
         SyncConfig(name="nccl")
