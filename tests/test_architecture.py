@@ -15,6 +15,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -320,3 +321,31 @@ def test_the_run_kind_check_sees_the_flag():
     assert (
         asks_the_run_kind(ast.parse("unit = 'offline'\nfrom harness.algos import offline\n")) == []
     )
+
+
+MAX_TRAINER_ATTRIBUTES = 12  # what a trainer holds, grouped: a reader keeps it in mind at once
+
+
+def instance_attributes(cls: ast.ClassDef) -> set[str]:
+    """Every ``self.<name>`` that a method of ``cls`` assigns (``self.a.b = ...`` sets ``a``'s)."""
+    names = set()
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        while targets:
+            target = targets.pop()
+            if isinstance(target, ast.Tuple):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+                names.add(target.attr)
+    return names
+
+
+def test_the_trainer_holds_few_attributes():
+    tree = ast.parse((ROOT / "harness/roles/trainer.py").read_text())
+    trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    held = sorted(instance_attributes(trainer))
+    assert len(held) <= MAX_TRAINER_ATTRIBUTES, f"Trainer holds {len(held)}: {held}"
+    probe = "class A:\n    def f(self):\n        self.a, self.b = 1, 2\n        self.a.c += 1\n"
+    assert instance_attributes(cast(ast.ClassDef, ast.parse(probe).body[0])) == {"a", "b"}
