@@ -18,7 +18,6 @@ progress included. Drawing needs matplotlib, the ``plot`` extra.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from harness.cli.usage import Parser, UsageError
@@ -30,11 +29,7 @@ NEEDS_MATPLOTLIB = (
 
 
 def parser() -> Parser:
-    p = Parser(
-        prog="harness plot",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = Parser(prog="harness plot", description=__doc__)
     p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR", help="run directories")
     p.add_argument(
         "--bench", type=Path, metavar="FILE.json", help="a benchmark's JSON instead of runs"

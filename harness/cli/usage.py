@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 USAGE_ERROR = 2  # argparse's status for a usage error; harness.cli.launch reads it from ranks
 HELP_FLAGS = ("--help", "-h")
@@ -28,7 +28,12 @@ class UsageError(SystemExit):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, whose mistakes are a :class:`UsageError` (one line, no usage block)."""
+    """argparse, whose mistakes are a :class:`UsageError` (one line, no usage block), and whose
+    description keeps its lines as written (a verb's is its module's docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} ({self.prog} --help says more)")

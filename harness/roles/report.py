@@ -89,19 +89,6 @@ def returns_text(figures: Figures) -> str | None:
     return " | ".join(parts) or None
 
 
-def print_summary(
-    logger: MetricsLogger,
-    run_dir: Path,
-    run_name: str | None,
-    step: int,
-    total: int,
-    finished: bool,
-    budget: str,
-) -> None:
-    """:func:`summary`, printed at once: the last thing the run says."""
-    print(summary(logger, run_dir, run_name, step, total, finished, budget), flush=True)
-
-
 def summary(
     logger: MetricsLogger,
     run_dir: Path,

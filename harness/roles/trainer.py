@@ -305,7 +305,7 @@ class Trainer:
         logger = self.book.logger
         if logger is not None:  # the run finished or was stopped: say so, and what comes next
             ended = (self.step, self.kind.total, self.done, self.kind.budget)
-            report.print_summary(logger, self.run_dir, self.cfg.run_name, *ended)
+            print(report.summary(logger, self.run_dir, self.cfg.run_name, *ended), flush=True)
         return self.book.last
 
     def end(self) -> None:

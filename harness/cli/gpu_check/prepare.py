@@ -27,7 +27,6 @@ everything else.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -59,11 +58,7 @@ SKIPPED = (
 
 
 def parser() -> Parser:
-    p = Parser(
-        prog="harness gpu-check",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = Parser(prog="harness gpu-check", description=__doc__)
     p.add_argument(
         "--out", metavar="DIR", help="where the table, its JSON and the logs go (default: runs/...)"
     )

@@ -12,27 +12,16 @@ final returns with the published ones; ``offline`` (:mod:`harness.cli.results.of
 
 from __future__ import annotations
 
-import argparse
-
 from harness.cli.usage import Parser, UsageError, split_overrides
 
 
 def parser() -> Parser:
     from harness.cli.results import offline, sota
 
-    p = Parser(
-        prog="harness results",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = Parser(prog="harness results", description=__doc__)
     verbs = p.add_subparsers(dest="table", required=True, metavar="sota|offline")
     for name, module in (("sota", sota), ("offline", offline)):
-        verb = verbs.add_parser(
-            name,
-            help=module.SUMMARY,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        verb = verbs.add_parser(name, help=module.SUMMARY, description=module.__doc__)
         module.add_arguments(verb)
     return p
 
