@@ -46,8 +46,8 @@ from harness.distributed.setup import (
 from harness.distributed.topology import Layout, slurm_env
 from harness.roles.kinds import kind_for
 from harness.roles.trainer import run_trainer
-from harness.runs import directory as run_directory
-from harness.runs import lock as run_lock
+from harness.rundir import directory as run_directory
+from harness.rundir import lock as run_lock
 from harness.sync import SCHEMES
 
 log = logging.getLogger("harness")

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 
 from harness.config import Config, load, register_configs
-from harness.runs.lock import LOCK_NAME
+from harness.rundir.lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

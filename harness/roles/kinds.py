@@ -29,7 +29,7 @@ from harness.roles.loops import TrainerSteps
 from harness.roles.rows import FRAME_RATES
 from harness.roles.sources import Connected, connect_batches, connect_evaluations
 from harness.roles.supervisor import run_supervised_collector
-from harness.runs.state import Progress
+from harness.rundir.state import Progress
 from harness.sync import Header
 
 Loop = Callable[[TrainerSteps], None]

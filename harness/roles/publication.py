@@ -13,7 +13,7 @@ import torch
 
 from harness.algos import Algorithm
 from harness.roles import report
-from harness.runs.state import Progress
+from harness.rundir.state import Progress
 from harness.sync import Header, WeightPublisher
 
 

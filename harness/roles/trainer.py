@@ -38,7 +38,7 @@ from harness.roles import report
 from harness.roles.kinds import RunKind, kind_for
 from harness.roles.publication import Publication
 from harness.roles.rows import RowBook, RowClock, open_log
-from harness.runs.state import Progress, TrainerState
+from harness.rundir.state import Progress, TrainerState
 from harness.sync import Header
 
 log = logging.getLogger("harness")

@@ -24,7 +24,7 @@ from harness.collect.envs import env_spec
 from harness.core import checkpoint
 from harness.data import dataset
 from harness.roles.loops import publish_due
-from harness.runs.state import Progress, TrainerState
+from harness.rundir.state import Progress, TrainerState
 
 PENDULUM, CARTPOLE = env_spec("Pendulum-v1"), env_spec("CartPole-v1")
 MINATAR = "harness/MinAtar-Breakout-v1"

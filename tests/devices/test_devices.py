@@ -20,7 +20,7 @@ from harness.collect.envs import env_spec
 from harness.core import checkpoint
 from harness.core.packing import flat_region, pack, pack_parameters_
 from harness.core.specs import EnvSpec
-from harness.runs.state import Progress, TrainerState
+from harness.rundir.state import Progress, TrainerState
 from harness.sync.nccl import watchdog_s
 from harness.sync.payload import (
     DEVICE_TO_HOST,

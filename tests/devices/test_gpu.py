@@ -24,7 +24,7 @@ from harness.core import checkpoint
 from harness.core.packing import pack_parameters_
 from harness.distributed.setup import init_distributed
 from harness.distributed.topology import Layout
-from harness.runs.state import Progress, TrainerState
+from harness.rundir.state import Progress, TrainerState
 from harness.sync import SCHEMES, Header, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.sync.payload import DEVICE_TO_HOST, Payload, weights_of

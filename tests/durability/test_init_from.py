@@ -15,7 +15,7 @@ from harness.algos import algorithm_for
 from harness.collect.envs import env_spec
 from harness.core import checkpoint
 from harness.core.checkpoint import CheckpointMismatchError
-from harness.runs.state import initial_state
+from harness.rundir.state import initial_state
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=512"]
 

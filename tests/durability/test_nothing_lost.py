@@ -16,7 +16,7 @@ from tensordict import TensorDict
 
 from harness.core import checkpoint
 from harness.data import dataset
-from harness.runs import directory as run_directory
+from harness.rundir import directory as run_directory
 
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_dir=run"]
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import launch_env, rank_pid, rows, run_harness, snapshot, start_harness, wait_for
 
 from harness.core import checkpoint
-from harness.runs.lock import LOCK_NAME, RunLockError, take
+from harness.rundir.lock import LOCK_NAME, RunLockError, take
 
 TINY = ["debug=tiny", "logger.console=false"]
 # Long enough to be still training at its first checkpoint; patient enough to be paused for a while.
@@ -69,7 +69,7 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
 
 
 HOLD = (
-    "import signal, sys; from pathlib import Path; from harness.runs.lock import take; "
+    "import signal, sys; from pathlib import Path; from harness.rundir.lock import take; "
     "take(Path(sys.argv[1])); signal.pause()"
 )
 

@@ -11,8 +11,8 @@ import pytest
 from helpers import ROOT, compose_config, launch_env, rows, snapshot
 
 from harness.distributed.topology import Layout
-from harness.runs import directory as run_directory
-from harness.runs.directory import LAYOUT_FILE, RunDirError, refuse_another_layout
+from harness.rundir import directory as run_directory
+from harness.rundir.directory import LAYOUT_FILE, RunDirError, refuse_another_layout
 
 TRAIN_SH = str(ROOT / "scripts" / "train.sh")
 TINY = ["debug=tiny", "logger.console=false", "checkpoint.every_frames=256", "run_name=r"]

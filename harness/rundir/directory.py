@@ -34,8 +34,8 @@ from harness.config import Config
 from harness.core import checkpoint
 from harness.distributed.topology import Layout
 from harness.metrics.flat import flat
-from harness.runs.lock import LOCK_NAME
-from harness.runs.state import check_init_from, check_resumes
+from harness.rundir.lock import LOCK_NAME
+from harness.rundir.state import check_init_from, check_resumes
 
 # Settings a resumed run may change: how long it runs, how it is watched and
 # checkpointed, and where it computes. Anything else changes what is learned.
@@ -289,7 +289,8 @@ def refuse_another_layout(cfg: Config, run_dir: Path, layout: Layout) -> None:
         f"run_dir {run_dir} holds a run started with {layout_text(saved, fpb, sync)}; this launch "
         f"has {layout_text(now, fpb, sync)}. Resuming it would change what an update learns from. "
         f"Relaunch with {counted(saved['world_size'], 'rank')} (harness train "
-        f"--nproc {saved['world_size']}, or torchrun --nproc_per_node={saved['world_size']} on one node) and "
+        f"--nproc {saved['world_size']}, or torchrun --nproc_per_node={saved['world_size']} on one "
+        "node) and "
         f"topology.trainers={saved['trainers']}; or start a new run from its weights: "
         f"checkpoint.init_from={run_dir} run_name=<new name>"
     )
