@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.algos.scan import discounted_suffix_sum
+
 
 def vtrace(
     log_ratio: torch.Tensor,
@@ -33,28 +35,15 @@ def vtrace(
 
     ``log_ratio`` is ``log pi(a_t | x_t) - log mu(a_t | x_t)``; ``done``,
     ``value`` and ``next_value`` are as :func:`harness.algos.gae.gae` takes them
-    (an episode's end stops every trace and bootstrap). On a GPU the loop runs on
-    the CPU, as GAE's does.
+    (an episode's end stops every trace and bootstrap).
     """
-    if reward.is_cuda:
-        host = [t.cpu() for t in (log_ratio, reward, value, done, next_value)]
-        targets, advantage = vtrace(
-            host[0], host[1], host[2], host[3], host[4], gamma, lam, rho_bar, c_bar
-        )
-        return targets.to(reward.device, non_blocking=True), advantage.to(
-            reward.device, non_blocking=True
-        )
     ratio = log_ratio.exp()
     rho, c = ratio.clamp(max=rho_bar), lam * ratio.clamp(max=c_bar)
-    nonterminal = 1.0 - done.float()
+    nonterminal = 1.0 - done.to(reward.dtype)
     # V(x_{t+1}), before masking episode ends
     following = torch.cat([value[1:], next_value.unsqueeze(0)])
     delta = rho * (reward + gamma * nonterminal * following - value)
-    correction = torch.zeros_like(reward)  # v_s - V(x_s)
-    last = torch.zeros_like(next_value)
-    for t in reversed(range(reward.shape[0])):
-        last = delta[t] + gamma * c[t] * nonterminal[t] * last
-        correction[t] = last
+    correction = discounted_suffix_sum(delta, gamma * c * nonterminal)  # v_s - V(x_s)
     targets = value + correction
     # v_{s+1}; past the segment, V bootstraps
     next_targets = torch.cat([targets[1:], next_value.unsqueeze(0)])
