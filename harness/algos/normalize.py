@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harness.algos.scan import discounted_prefix_sum
+
 EPSILON = 1e-8  # under the square root, as gymnasium's wrappers
 
 
@@ -124,16 +126,17 @@ class RewardScaler(nn.Module):
         group: Optional[dist.ProcessGroup] = None,
     ) -> torch.Tensor:
         """Scaled ``reward`` ``[T, N]``; first, the returns of these T steps
-        update the statistics (all trainers' together with ``group``). On a
-        GPU the loop over the T steps runs on the CPU, as GAE's does (``gae``)."""
-        steps, ends = (reward.cpu(), terminated.cpu()) if reward.is_cuda else (reward, terminated)
+        update the statistics (all trainers' together with ``group``)."""
         if self.returns is None or self.returns.shape != reward.shape[1:]:
-            self.returns = torch.zeros(reward.shape[1:], dtype=torch.float64, device=steps.device)
-        returns = torch.empty_like(steps, dtype=torch.float64)
-        for t in range(steps.shape[0]):
-            self.returns = self.returns * self.gamma + steps[t]
-            returns[t] = self.returns
-            self.returns = self.returns.masked_fill(ends[t], 0.0)  # the next step starts an episode
-        self.return_stats.update(returns.to(reward.device, non_blocking=True), group)
+            self.returns = torch.zeros(reward.shape[1:], dtype=torch.float64, device=reward.device)
+        steps = reward.to(torch.float64, copy=True)
+        steps[0] += self.gamma * self.returns  # the return carried on from the last round
+        # A step's return carries on into the next step's unless the step ended its episode.
+        carries = torch.ones_like(steps)
+        carries[1:] = self.gamma * (~terminated[:-1]).to(torch.float64)
+        returns = discounted_prefix_sum(steps, carries)
+        # Where the last step ended its episode, the next round starts a new one.
+        self.returns = returns[-1].masked_fill(terminated[-1], 0.0)
+        self.return_stats.update(returns, group)
         scaled = reward / (self.return_stats.var + EPSILON).sqrt()
         return scaled.clamp(-self.clip, self.clip).to(reward.dtype)

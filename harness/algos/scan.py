@@ -1,4 +1,5 @@
-"""A discounted sum backwards in time, in log2(T) tensor steps: the core of GAE and V-trace.
+"""A discounted sum along time in log2(T) tensor steps: the core of GAE, V-trace and the running
+return that scales rewards.
 
 Both estimators solve ``y_t = x_t + d_t * y_{t+1}`` (``y_T = 0``) over a ``[T, ...]`` rollout,
 with a discount ``d_t`` that differs per step (zero where an episode ends; V-trace's truncated
@@ -29,3 +30,9 @@ def discounted_suffix_sum(x: torch.Tensor, discount: torch.Tensor) -> torch.Tens
         d[:-span] = d[:-span] * d[span:]
         span *= 2
     return y
+
+
+def discounted_prefix_sum(x: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+    """``y`` with ``y_t = x_t + discount_t * y_{t-1}`` along dim 0 and ``y_{-1} = 0``: the same
+    scan forwards in time (a running discounted return)."""
+    return discounted_suffix_sum(x.flip(0), discount.flip(0)).flip(0)

@@ -61,9 +61,8 @@ def test_reward_scale_follows_each_envs_discounted_return_across_rounds():
     g = torch.Generator().manual_seed(1)
     reward = torch.randn(10, 2, generator=g) * 3 + 1
     terminated = torch.zeros(10, 2, dtype=torch.bool)
-    terminated[3, 0] = (
-        True  # env 0's episode ends at step 3; the time limit of env 1 does not end its return
-    )
+    terminated[3, 0] = True  # env 0's episode ends at step 3, inside the first round
+    terminated[5, 1] = True  # env 1's ends with the first round: the second starts from 0
     gamma, expected, running = (
         0.9,
         torch.zeros(10, 2, dtype=torch.float64),
