@@ -1,10 +1,22 @@
-"""Moving a payload with a collective broadcast (Gloo or NCCL).
+"""Moving a payload with a collective broadcast (Gloo or NCCL), in pieces.
 
-The sink is trainer 0's end; a source is a receiver's end, which keeps one
-receive posted into a staging payload at all times so that the broadcast
-lands while the collector steps its envs. A broadcast completes once every
-receiver has posted its receive, which it does when it applied the one
-before; so each source marks the version it applied in a roll call
+The sink is trainer 0's end; a source is a receiver's end, which keeps the
+receives of one whole version posted into a staging payload at all times so
+that the broadcast lands while the collector steps its envs.
+
+A version travels as a series of broadcasts (:meth:`Payload.pieces`): the
+weights in buckets of ``sync.bucket_mb``, the header with the last. Where the sender's
+weights are packed as the payload lays them out (the algorithms pack what
+they publish), the sink streams them: it copies bucket k into one of two
+bucket buffers while bucket k - 1 travels from the other, so the trainer
+never holds a second full copy of the weights, only two buckets; the publish
+returns once the last bucket is copied. Otherwise (a cast to
+``sync.wire_dtype``, an unpacked plugin model) it stages the whole payload
+first, and returns at once. Receivers need the whole version before they
+apply it (never torn): their staging payload is a full copy by design.
+
+A broadcast completes once every receiver has posted its receive, which it
+does when it applied the one before; so each source marks the version it applied in a roll call
 (:mod:`harness.distributed.roll_call`), and a sink whose broadcast timed out
 names the receivers that had not applied the previous one.
 """
@@ -12,36 +24,48 @@ names the receivers that had not applied the previous one.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
+import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 
+from harness.core.packing import flat_region
 from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.waits import Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
-from harness.sync.payload import Payload
+from harness.sync.payload import Payload, stamp
 
 # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
 APPLIED = "weights-applied"
 
 
 class _BroadcastEnd:
-    """What both ends hold: who they are, their group, their payload and the
-    broadcast in flight on it."""
+    """What both ends hold: who they are, their group, their payload, how it is cut into pieces
+    and the broadcasts in flight on it."""
 
-    def __init__(self, endpoint: Endpoint, group: dist.ProcessGroup, store: dist.Store | None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        group: dist.ProcessGroup,
+        store: dist.Store | None,
+        bucket_bytes: int = 0,
+    ):
         self.endpoint, self.group = endpoint, group
         self.applied = RollCall(store, APPLIED)  # the versions the receivers applied
-        self._work: dist.Work | None = None
+        self.bucket_bytes = bucket_bytes
+        self._works: list[dist.Work] = []
         self.payload: Payload | None = None
+        self.pieces: list[tuple[int, int]] = []
 
     def open(self, make_payload: PayloadFactory) -> None:
         self.payload = make_payload()
+        self.pieces = self.payload.pieces(self.bucket_bytes)
 
 
 class BroadcastSink(_BroadcastEnd):
-    """Trainer 0's end (a :class:`~harness.sync.contract.Sink`): one broadcast
-    of the payload per write."""
+    """Trainer 0's end (a :class:`~harness.sync.contract.Sink`): one series of broadcasts per
+    write, streamed from the sender's weights where they are packed as the payload."""
 
     def __init__(
         self,
@@ -49,29 +73,50 @@ class BroadcastSink(_BroadcastEnd):
         group: dist.ProcessGroup,
         timeout_s: float,
         store: dist.Store | None,
+        bucket_bytes: int = 0,
     ):
-        super().__init__(endpoint, group, store)
+        super().__init__(endpoint, group, store, bucket_bytes)
         self.timeout_s = timeout_s
         # the newest version sent, and the one receivers had to apply to take it
         self.sent = self.needed = -1
+        self._stream: _Stream | None = None  # once the first write found the source packed
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
-        self.finish()  # the previous broadcast still reads the buffer
-        assert self.payload is not None  # open() made it
-        self.payload.write(weights, header)
-        self._work = dist.broadcast(
-            self.payload.buffer, src=self.endpoint.rank, group=self.group, async_op=True
-        )
+        self.finish()  # the previous broadcasts still read the buffers
+        assert self.payload is not None or self._stream is not None  # open() made one
         self.needed, self.sent = self.sent, header.version
+        if self._stream is None and self.bucket_bytes > 0:
+            assert self.payload is not None
+            self._stream = _Stream.of(weights, self.payload, self.bucket_bytes)
+            if self._stream is not None:
+                self.payload = None  # the full staging copy is no longer needed
+        if self._stream is not None and self._stream.source is weights:
+            self._stream.header(header)
+            for k, (start, stop) in enumerate(self.pieces):
+                if k >= 2:  # bucket buffer k % 2 is free once broadcast k - 2 is done
+                    self._wait(self._works[k - 2])
+                self._broadcast(self._stream.bucket(k, start, stop))
+            return
+        assert self.payload is not None, "a packed source's sink is fed that source only"
+        self.payload.write(weights, header)
+        for start, stop in self.pieces:
+            self._broadcast(self.payload.buffer[start:stop])
+
+    def _broadcast(self, piece: torch.Tensor) -> None:
+        work = dist.broadcast(piece, src=self.endpoint.rank, group=self.group, async_op=True)
+        self._works.append(cast(dist.Work, work))
 
     def finish(self) -> None:
-        if self._work is None:
-            return
-        work, self._work = self._work, None
+        works, self._works = self._works, []
+        for work in works:
+            self._wait(work)
+
+    def _wait(self, work: dist.Work) -> None:
         wait = Wait(self.timeout_s, "sync.timeout_s")
         try:
             work.wait(timedelta(seconds=self.timeout_s))
         except RuntimeError as e:
+            self._works = []
             receivers = [
                 r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank
             ]
@@ -92,14 +137,69 @@ class BroadcastSink(_BroadcastEnd):
     close = finish
 
 
+class _Stream:
+    """A sink's plan for a source packed as the payload: the source's bytes, two bucket buffers
+    and the header on its own (a few bytes, copied in behind the last bucket's weights), in place
+    of a full staging payload."""
+
+    def __init__(
+        self,
+        source: TensorDictBase,
+        source_bytes: torch.Tensor,
+        payload: Payload,
+        bucket_bytes: int,
+    ):
+        self.source, self.source_bytes = source, source_bytes
+        self.value_names = payload.value_names
+        start, buffer = payload.header_offset, payload.buffer
+        self.header_offset = start
+        self.header_bytes = buffer[start:].clone()
+        base = buffer.data_ptr() + start
+
+        def view(t: torch.Tensor) -> torch.Tensor:
+            at = t.data_ptr() - base
+            return self.header_bytes[at : at + t.nbytes].view(t.dtype).view(t.shape)
+
+        self.header_td = cast(TensorDictBase, payload.td["header"].apply(view))
+        size = max(b - a for a, b in payload.pieces(bucket_bytes))
+        pin = buffer.is_pinned()
+        self.buckets = [
+            torch.empty(size, dtype=torch.uint8, device=buffer.device, pin_memory=pin)
+            for _ in range(2)
+        ]
+
+    @classmethod
+    def of(cls, source: TensorDictBase, payload: Payload, bucket_bytes: int) -> _Stream | None:
+        flat = flat_region(source, payload.td["weights"])
+        return None if flat is None else cls(source, flat[0], payload, bucket_bytes)
+
+    def header(self, header: Header) -> None:
+        stamp(self.header_td, header, self.value_names)
+
+    def bucket(self, k: int, start: int, stop: int) -> torch.Tensor:
+        """Bucket buffer ``k % 2`` holding the payload's bytes ``start:stop``: the source's, and
+        the header's where they reach it; copied in full."""
+        bucket = self.buckets[k % 2][: stop - start]
+        source = self.source_bytes[start:stop]  # the weights' last padding bytes are not there
+        bucket[: source.numel()].copy_(source)  # blocking, also from a GPU
+        if stop > self.header_offset:
+            bucket[self.header_offset - start :].copy_(self.header_bytes)
+        return bucket
+
+
 class BroadcastSource(_BroadcastEnd):
     """A receiver's end (a :class:`~harness.sync.contract.Source`): the
     broadcast lands in its payload, which is its staging buffer."""
 
     def __init__(
-        self, endpoint: Endpoint, group: dist.ProcessGroup, root: int, store: dist.Store | None
+        self,
+        endpoint: Endpoint,
+        group: dist.ProcessGroup,
+        root: int,
+        store: dist.Store | None,
+        bucket_bytes: int = 0,
     ):
-        super().__init__(endpoint, group, store)
+        super().__init__(endpoint, group, store, bucket_bytes)
         self.root = root
         self.version = -1  # the newest version applied
 
@@ -109,15 +209,20 @@ class BroadcastSource(_BroadcastEnd):
 
     def _post(self) -> None:
         assert self.payload is not None  # open() made it
-        self._work = dist.broadcast(
-            self.payload.buffer, src=self.root, group=self.group, async_op=True
-        )
+        buffer = self.payload.buffer
+        self._works = [
+            cast(
+                dist.Work,
+                dist.broadcast(buffer[a:b], src=self.root, group=self.group, async_op=True),
+            )
+            for a, b in self.pieces
+        ]
         self.applied.mark(self.endpoint.rank, self.version)  # ready for the one after it
 
     @property
     def exhausted(self) -> bool:
         """The publisher sent its stop; nothing more will come."""
-        return self._work is None
+        return not self._works
 
     def _apply(self, live: Payload) -> Header:
         assert self.payload is not None  # open() made it
@@ -125,27 +230,28 @@ class BroadcastSource(_BroadcastEnd):
         live.copy_from(self.payload)
         self.version = header.version
         if header.stop:
-            self._work = None
+            self._works = []
         else:
             self._post()
         return header
 
     def poll_into(self, live: Payload) -> Header | None:
-        if self._work is None or not self._work.is_completed():
+        if not self._works or not all(w.is_completed() for w in self._works):
             return None
         return self.wait_into(live, timeout_s=1.0)
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
-        assert self._work is not None  # callers check exhausted (no receive posted) first
+        assert self._works  # callers check exhausted (no receive posted) first
         wait = Wait(timeout_s)
         try:
-            self._work.wait(timedelta(seconds=timeout_s))
+            for work in self._works:  # the pieces land in order; the header last
+                work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
         except RuntimeError as e:
-            self._work = None
+            self._works = []
             raise SyncError(
                 f"the broadcast from rank {self.root} ended {wait.seconds:.1f} s in: {e}"
             ) from e
         return self._apply(live)
 
     def close(self) -> None:
-        self._work = None
+        self._works = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.sync import SCHEMES
+from harness.sync.digest import VERIFY
 
 WIRE_DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 
@@ -24,6 +25,11 @@ class SyncConfig:
     poll_interval_s: float = 0.0002
     # async mode: trainer 0 publishes after this many updates (sync mode: every round)
     publish_every_updates: int = 1
+    # broadcasts move the weights in buckets of this many MiB (0: in one piece): the trainer holds
+    # two buckets instead of a second full copy (harness/sync/broadcast.py; docs/weight_sync.md)
+    bucket_mb: float = 32.0
+    # collectors check each applied version against its digest: off | sample (every 8th) | every
+    verify: str = "sample"
 
     def __post_init__(self) -> None:
         if self.name not in SCHEMES:
@@ -45,11 +51,20 @@ class SyncConfig:
             raise ValueError(
                 f"sync.wire_dtype={self.wire_dtype!r}: choose one of {sorted(WIRE_DTYPES)}"
             )
+        if self.bucket_mb < 0:
+            raise ValueError(f"sync.bucket_mb must be >= 0 (0: one piece), got {self.bucket_mb}")
+        if self.verify not in VERIFY:
+            raise ValueError(f"sync.verify={self.verify!r}: choose one of {list(VERIFY)}")
         if self.name == "nccl" and not torch.cuda.is_available():
             raise ValueError(
                 "sync=nccl needs CUDA on every rank, and this rank has none: use sync=gloo (a GPU "
                 "trainer with CPU collectors also uses sync=gloo, through pinned CPU staging)"
             )
+
+    @property
+    def bucket_bytes(self) -> int:
+        """``bucket_mb`` in bytes, a multiple of 8 (0: one piece)."""
+        return int(self.bucket_mb * 2**20) // 8 * 8
 
     @property
     def torch_wire_dtype(self) -> torch.dtype | None:

@@ -46,6 +46,10 @@ class SyncError(RuntimeError):
     """A weight sync wait expired or a peer went away."""
 
 
+class CorruptWeightsError(SyncError):
+    """The weights a collector applied are not the bytes the publisher sent (``sync.verify``)."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Who is talking, for error messages: ``rank 2 (collector, sync=gloo)``."""
@@ -70,6 +74,10 @@ class SyncSettings(Protocol):
     def poll_interval_s(self) -> float: ...
     @property
     def torch_wire_dtype(self) -> torch.dtype | None: ...
+    @property
+    def bucket_bytes(self) -> int: ...
+    @property
+    def verify(self) -> str: ...
 
 
 class Scheme(Protocol):
@@ -208,6 +216,7 @@ class WeightSubscriber(abc.ABC):
 
 
 __all__ = [
+    "CorruptWeightsError",
     "Endpoint",
     "Header",
     "PayloadFactory",

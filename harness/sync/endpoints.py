@@ -9,6 +9,7 @@ Sinks and sources are :class:`~harness.sync.contract.Sink` and
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,7 @@ from harness.core.packing import leaf_tensors
 from harness.distributed.handshake import check_schema
 from harness.distributed.waits import Wait
 from harness.sync.contract import (
+    CorruptWeightsError,
     Endpoint,
     Header,
     Sink,
@@ -26,6 +28,7 @@ from harness.sync.contract import (
     WeightPublisher,
     WeightSubscriber,
 )
+from harness.sync.digest import digest, verified
 from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
 
 
@@ -42,8 +45,10 @@ class Publisher(WeightPublisher):
         device: str = "cpu",
         after_open: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
+        verify: str = "off",
     ):
         super().__init__(endpoint, timeout_s)
+        self.verify = verify  # sync.verify: the versions it digests for collectors to check
         self.sinks, self.group, self.wire_dtype, self.device = (
             sinks,
             handshake_group,
@@ -87,8 +92,17 @@ class Publisher(WeightPublisher):
         self.after_open()
 
     def publish(self, header: Header) -> None:
+        if verified(self.verify, header.version):
+            header = replace(header, digest=digest(map(self.as_held, leaf_tensors(self.source))))
         for sink in self.sinks:
             sink.write(self.source, header)
+
+    def as_held(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` as a collector's model holds it: rounded through the wire dtype, if one is set
+        (one tensor at a time: never a second full copy)."""
+        if self.wire_dtype is None or t.dtype != torch.float32:
+            return t
+        return t.to(self.wire_dtype).to(t.dtype)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -111,8 +125,10 @@ class Subscriber(WeightSubscriber):
         device: str = "cpu",
         before_source: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
+        verify: str = "off",
     ):
         super().__init__(endpoint, timeout_s)
+        self.verify = verify  # sync.verify: the versions it checks against their digests
         self.source, self.group = source, handshake_group
         self.forwards: list[Sink] = [] if forward is None else [forward]
         self.publisher_rank, self.wire_dtype, self.device = publisher_rank, wire_dtype, device
@@ -152,6 +168,16 @@ class Subscriber(WeightSubscriber):
 
     def _applied(self, header: Header) -> Header:
         assert header.version >= self.version, "versions went backwards"
+        if verified(self.verify, header.version):
+            # what the models read now: the live buffer, or the segment slot they alias
+            held = digest(self.live.bound)
+            if held != header.digest:
+                raise CorruptWeightsError(
+                    f"{self.endpoint}: the weights of version {header.version} from "
+                    f"{self.upstream} arrived corrupt: their digest is {held:#x}, the sender's "
+                    f"{header.digest:#x}. The collector stops rather than act with them; a "
+                    "transport or memory fault on this node is the likely cause"
+                )
         self.version, self.header = header.version, header
         for sink in self.forwards:
             sink.write(self.live.td["weights"], header)
@@ -159,12 +185,15 @@ class Subscriber(WeightSubscriber):
 
     def poll(self) -> Header | None:
         newest = None
+        while (header := self._poll_source()) is not None:
+            newest = self._applied(header)
+        return newest
+
+    def _poll_source(self) -> Header | None:
         try:
-            while (header := self.source.poll_into(self.live)) is not None:
-                newest = self._applied(header)
+            return self.source.poll_into(self.live)
         except SyncError as e:
             raise SyncError(f"{self.endpoint}: {e}") from e
-        return newest
 
     def wait(self, min_version: int, timeout_s: float | None = None) -> Header:
         wait = Wait(self.timeout_s if timeout_s is None else timeout_s, "sync.timeout_s")
@@ -179,9 +208,10 @@ class Subscriber(WeightSubscriber):
             if left <= 0:
                 raise self.wait_error(f"weights version >= {min_version}", wait)
             try:
-                self._applied(self.source.wait_into(self.live, left))
+                header = self.source.wait_into(self.live, left)
             except SyncError as e:
                 raise self.wait_error(f"weights version >= {min_version}", wait, e) from e
+            self._applied(header)
         return self.current_header()
 
     def close(self) -> None:

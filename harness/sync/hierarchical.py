@@ -45,13 +45,16 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
     local = ShmSink(node, readers) if readers else None
     sinks: list[Sink] = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
-        sinks.append(BroadcastSink(endpoint, _leaders(groups), cfg.timeout_s, groups.store))
+        sinks.append(
+            BroadcastSink(endpoint, _leaders(groups), cfg.timeout_s, groups.store, cfg.bucket_bytes)
+        )
     return Publisher(
         endpoint,
         cfg.timeout_s,
         sinks,
         groups.sync,
         cfg.torch_wire_dtype,
+        verify=cfg.verify,
         after_open=lambda: exchange_segment_names(groups, node, local),
     )
 
@@ -66,10 +69,11 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Su
         return Subscriber(
             endpoint,
             cfg.timeout_s,
-            BroadcastSource(endpoint, _leaders(groups), 0, groups.store),
+            BroadcastSource(endpoint, _leaders(groups), 0, groups.store, cfg.bucket_bytes),
             groups.sync,
             forward=forward,
             wire_dtype=wire,
+            verify=cfg.verify,
             before_source=lambda: exchange_segment_names(groups, node, forward),
         )
     source = ShmSource(cfg.poll_interval_s)
@@ -79,6 +83,7 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Su
         source,
         groups.sync,
         wire_dtype=wire,
+        verify=cfg.verify,
         before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
     )
     # it reads what its node's leader forwards: that is the rank to look at

@@ -14,7 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from harness.core.packing import buffer_of, flat_region, pack, schema
+from harness.core.packing import buffer_of, flat_region, leaf_tensors, pack, schema
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Header:
     frames: int = 0
     stop: bool = False
     values: Mapping[str, float] = field(default_factory=dict)
+    # of the weights' bytes (harness.sync.digest), when the collectors verify them (sync.verify)
+    digest: int = 0
 
 
 def weights_of(models: Mapping[str, nn.Module]) -> TensorDict:
@@ -36,7 +38,7 @@ class Payload:
     """Models' weights plus a header, packed into one uint8 buffer.
 
     ``td`` is ``{"weights": {model: parameters and buffers}, "header":
-    {version, frames, stop, values}}``, every leaf a view into ``buffer``.
+    {version, frames, stop, digest, values}}``, every leaf a view into ``buffer``.
     Build one with :meth:`from_models`; :meth:`rebase` lays the same leaves
     over another buffer. ``value_names`` are the named floats the header
     carries (DQN's ``epsilon``).
@@ -80,6 +82,7 @@ class Payload:
             version=torch.zeros((), dtype=torch.int64),
             frames=torch.zeros((), dtype=torch.int64),
             stop=torch.zeros((), dtype=torch.bool),
+            digest=torch.zeros((), dtype=torch.int64),
             values=TensorDict({n: torch.zeros((), dtype=torch.float64) for n in value_names}),
             device=device,
         )
@@ -157,27 +160,55 @@ class Payload:
 
     def write_header(self, header: Header) -> None:
         """Stamp ``header``; its values must be the ones declared at connect."""
-        if set(header.values) != set(self.value_names):
-            raise ValueError(
-                f"header values {sorted(header.values)} do not match the payload's "
-                f"{sorted(self.value_names)} (declared at connect)"
-            )
-        h = self.td["header"]
-        h["version"].fill_(header.version)
-        h["frames"].fill_(header.frames)
-        h["stop"].fill_(header.stop)
-        for name, value in header.values.items():
-            h["values", name].fill_(value)
+        stamp(self.td["header"], header, self.value_names)
 
     def header(self) -> Header:
         """The header in the buffer now."""
-        h = self.td["header"].cpu()
-        return Header(
-            version=int(h["version"]),
-            frames=int(h["frames"]),
-            stop=bool(h["stop"]),
-            values={n: float(h["values", n]) for n in self.value_names},
+        return read_header(self.td["header"], self.value_names)
+
+    @property
+    def header_offset(self) -> int:
+        """Where the header's bytes start in :attr:`buffer`: after every weight's."""
+        base = self.buffer.data_ptr()
+        start = min(t.data_ptr() for t in leaf_tensors(self.td["header"])) - base
+        assert all(t.data_ptr() - base < start for t in self.weight_views), "header after weights"
+        return start
+
+    def pieces(self, bucket_bytes: int) -> list[tuple[int, int]]:
+        """The byte ranges of :attr:`buffer` that a transport moves one at a time: the weights in
+        pieces of ``bucket_bytes`` (0: all in one), the last one with the header. A version is
+        complete only with its last piece."""
+        end, size = self.header_offset, self.buffer.numel()
+        step = end if bucket_bytes <= 0 else bucket_bytes
+        starts = list(range(0, end, max(step, 1))) or [0]
+        return [(a, b) for a, b in zip(starts, [*starts[1:], size])]
+
+
+def stamp(td: TensorDictBase, header: Header, value_names: Sequence[str]) -> None:
+    """Write ``header`` into a payload's header TensorDict ``td``."""
+    if set(header.values) != set(value_names):
+        raise ValueError(
+            f"header values {sorted(header.values)} do not match the payload's "
+            f"{sorted(value_names)} (declared at connect)"
         )
+    td["version"].fill_(header.version)
+    td["frames"].fill_(header.frames)
+    td["stop"].fill_(header.stop)
+    td["digest"].fill_(header.digest)
+    for name, value in header.values.items():
+        td["values", name].fill_(value)
+
+
+def read_header(td: TensorDictBase, value_names: Sequence[str]) -> Header:
+    """The header in a payload's header TensorDict ``td``."""
+    h = td.cpu()
+    return Header(
+        version=int(h["version"]),
+        frames=int(h["frames"]),
+        stop=bool(h["stop"]),
+        values={n: float(h["values", n]) for n in value_names},
+        digest=int(h["digest"]),
+    )
 
 
 PER_LEAF, PLAIN_COPY, DEVICE_TO_HOST = "per leaf", "plain copy", "device to host"

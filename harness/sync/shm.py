@@ -47,6 +47,7 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
         [sink],
         groups.sync,
         cfg.torch_wire_dtype,
+        verify=cfg.verify,
         after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink),
     )
 
@@ -61,5 +62,6 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Su
         source,
         groups.sync,
         wire_dtype=cfg.torch_wire_dtype,
+        verify=cfg.verify,
         before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
     )

@@ -20,6 +20,7 @@ import torch
 from helpers import wait_for
 from torch import nn
 
+from harness.core.packing import pack_parameters_
 from harness.distributed.setup import init_distributed
 from harness.distributed.topology import Layout
 from harness.sync import SCHEMES, Header, SyncError, make_publisher, make_subscriber
@@ -81,19 +82,28 @@ def expected_digest(version: int, wire_dtype: str = "float32") -> str:
     return digest(models)
 
 
-def connect(rank, scheme, hidden=32, timeout_s=10.0, wire_dtype="float32"):
+def connect(rank, scheme, hidden=32, timeout_s=10.0, wire_dtype="float32", sync=None):
+    """``sync``: more SyncConfig fields, and ``packed``: trainer 0 packs its weights as the
+    algorithms do (harness.core.packing.pack_parameters_), so broadcasts stream them."""
+    sync = dict(sync or {})
+    packed = sync.pop("packed", False)
     groups = init_distributed(Layout.from_env(1), timeout_s=20, scheme=SCHEMES[scheme])
-    cfg = SyncConfig(name=scheme, timeout_s=timeout_s, wire_dtype=wire_dtype)
+    cfg = SyncConfig(name=scheme, timeout_s=timeout_s, wire_dtype=wire_dtype, **sync)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     models = make_models(hidden)
+    if packed and rank == 0:
+        pack_parameters_(nn.ModuleDict(models))  # every model in one buffer, as algorithms do
     end.connect(models, ("epsilon",))
     return end, models
 
 
-def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dtype="float32"):
+def publish_versions(
+    rank, world, scheme, versions, steps_between_polls, wire_dtype="float32", sync=None
+):
     """Trainer 0 publishes ``versions`` updates back to back, never waiting;
-    collectors act between polls and check every applied update bit for bit."""
-    end, models = connect(rank, scheme, wire_dtype=wire_dtype)
+    collectors act between polls and check every applied update bit for bit.
+    Trainer 0 returns how many of its sinks streamed the weights in buckets."""
+    end, models = connect(rank, scheme, wire_dtype=wire_dtype, sync=sync)
     if rank == 0:
         for v in range(versions):
             fill(models, v)
@@ -102,7 +112,7 @@ def publish_versions(rank, world, scheme, versions, steps_between_polls, wire_dt
             )
         time.sleep(0.5)  # readers of shared memory keep their mapping; this just keeps logs tidy
         end.close()
-        return None
+        return sum(getattr(sink, "_stream", None) is not None for sink in end.sinks)
     seen, torn = [], 0
     header = end.wait(0)
     while True:
