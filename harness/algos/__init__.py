@@ -87,6 +87,21 @@ def check_trainers(name: str, cfg: AlgoConfig, trainers: int, mode: str) -> None
         )
 
 
+def check_wire_dtype(cfg: AlgoConfig, wire_dtype: str) -> None:
+    """Refuse weights rounded on the wire (``sync.wire_dtype``) where they would change what the
+    algorithm computes without saying so: on-policy PPO (``algo.vtrace=false``) takes each action's
+    log-probability recorded by the collector as the trainer's own, so that the first epoch's
+    ratio is 1; from rounded weights it is not, and the clipping starts off-centre. V-trace
+    corrects for the difference, and the off-policy algorithms learn from any behaviour."""
+    if wire_dtype != "float32" and isinstance(cfg, PPOConfig) and not cfg.vtrace:
+        raise ValueError(
+            f"sync.wire_dtype={wire_dtype} with algo=ppo and algo.vtrace=false: collectors would "
+            "act with rounded weights and record log-probabilities that the trainer's weights do "
+            "not give, which skews PPO's ratio and clipping. Use sync.wire_dtype=float32, or "
+            "algo.vtrace=true (it corrects for the difference)"
+        )
+
+
 def settle_defaults(cfg: AlgoConfig, mode: str, pipeline: bool) -> None:
     """The settings whose default follows how collectors act: PPO's ``vtrace`` (null) is on where
     frames are older than the weights (``collector.mode=async`` or ``collector.pipeline``)."""
@@ -103,6 +118,7 @@ __all__ = [
     "algorithm_for",
     "check_observations",
     "check_trainers",
+    "check_wire_dtype",
     "part_of",
     "settle_defaults",
 ]

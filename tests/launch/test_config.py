@@ -218,3 +218,11 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
         raw = compose("config", overrides=["seed=7"])
     OmegaConf.save(raw, tmp_path / "config.yaml", resolve=True)
     assert OmegaConf.load(tmp_path / "config.yaml").seed == 7
+
+
+def test_rounded_wire_weights_are_refused_for_on_policy_ppo_only():
+    with pytest.raises(ValueError, match="skews PPO's ratio and clipping"):
+        compose_config("sync.wire_dtype=bfloat16")  # the default job: PPO, sync mode, GAE
+    assert compose_config("sync.wire_dtype=bfloat16", "algo.vtrace=true").algo.vtrace
+    assert compose_config("sync.wire_dtype=bfloat16", "collector.mode=async").algo.vtrace
+    assert compose_config("sync.wire_dtype=bfloat16", "algo=dqn").sync.wire_dtype == "bfloat16"
