@@ -215,6 +215,7 @@ def place_rank(cfg: Config, layout: Layout) -> Placement:
             cfg.collector.threads,
             SCHEMES[cfg.sync.name].gpu_collectors,
             cfg.sync.name,
+            fast_cuda=cfg.trainer.fast_cuda,
         )
     placement.apply()
     if layout.is_trainer:

@@ -150,8 +150,10 @@ class FrameReplay:
     def sample_index(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """``batch_size`` live transitions' slots, uniform, with replacement."""
-        drawn = self.transitions.sample_index(batch_size, generator).cpu()
+        """``batch_size`` live transitions' slots, uniform, with replacement, where the replay
+        lives: a replay on the GPU draws and offsets them there, with no copy to the host (a sync
+        per gradient step)."""
+        drawn = self.transitions.sample_index(batch_size, generator)
         return (self.tail + drawn) % self.capacity
 
     def gather(self, index: torch.Tensor) -> TensorDict:

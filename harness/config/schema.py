@@ -15,7 +15,14 @@ from typing import Any, Optional, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.algos import ALGOS, algorithm_for, check_observations, check_trainers, settle_defaults
+from harness.algos import (
+    ALGOS,
+    algorithm_for,
+    check_observations,
+    check_trainers,
+    check_wire_dtype,
+    settle_defaults,
+)
 from harness.collect.config import CollectorConfig
 from harness.collect.envs import check_env_id, env_spec
 from harness.config import plugins, resolvers
@@ -47,6 +54,10 @@ class TrainerConfig:
     # after one per collector, shared by its trainers; all: every core of the node, shared by its
     # trainers (sync rounds: the collectors wait while they learn)
     threads: str = "auto"
+    # A GPU trainer's float32 matrix products and convolutions in TF32 (10-bit mantissa inputs,
+    # float32 sums) and cuDNN's autotuned convolutions (cudnn.benchmark); false: full float32
+    # products and cuDNN's default algorithms. The layout line says which.
+    fast_cuda: bool = True
 
     def __post_init__(self) -> None:
         check_placement("trainer", self.device, self.threads)
@@ -183,6 +194,7 @@ class Config:
                 "the job starts. Use sync=gloo, shm or hierarchical"
             )
         settle_defaults(self.algo, self.collector.mode, self.collector.pipeline)
+        check_wire_dtype(self.algo, self.sync.wire_dtype)
 
     def _check_join(self) -> None:
         port = self.topology.join_port

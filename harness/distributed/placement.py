@@ -59,11 +59,25 @@ class Placement:
     device: str
     threads: int
     threads_from: str = ""  # where the count came from: a setting, the environment, the cores
+    fast_cuda: bool = True  # a GPU trainer's TF32 products and cudnn.benchmark (trainer.fast_cuda)
 
     def describe(self) -> str:
         source = f" ({self.threads_from})" if self.threads_from else ""
         threads = f"{self.threads} thread{'s' * (self.threads != 1)}"
-        return f"rank {self.rank} {self.role}: {self.device}, {threads}{source}"
+        return f"rank {self.rank} {self.role}: {self.device}{self._kernels()}, {threads}{source}"
+
+    @property
+    def trains(self) -> bool:
+        """A trainer rank, or the single process that both trains and collects."""
+        return self.role.startswith("trainer")
+
+    def _kernels(self) -> str:
+        """What a GPU trainer's float32 products run as (nothing on the CPU or a collector)."""
+        if not (self.trains and self.device.startswith("cuda")):
+            return ""
+        if self.fast_cuda:
+            return " (TF32 matmuls, cudnn.benchmark; trainer.fast_cuda=false turns them off)"
+        return " (float32 matmuls, no cudnn.benchmark: trainer.fast_cuda=false)"
 
     @property
     def cuda_device(self) -> Optional[torch.device]:
@@ -74,7 +88,20 @@ class Placement:
         """Bind this process: its GPU (before NCCL sees any), its thread pool."""
         if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device))
+            if self.trains:
+                use_fast_cuda(self.fast_cuda)
         torch.set_num_threads(self.threads)
+
+
+def use_fast_cuda(on: bool) -> None:
+    """TF32 float32 matrix products and convolutions, and cuDNN's autotuning, on or off for this
+    process. TF32 keeps float32's range (products' inputs rounded to a 10-bit mantissa, sums in
+    float32): on Ampere and later, several times float32's speed for the products of an update.
+    cudnn.benchmark times each convolution's algorithms at its first shape: the CNN presets'
+    shapes never change."""
+    torch.set_float32_matmul_precision("high" if on else "highest")
+    torch.backends.cudnn.allow_tf32 = on
+    torch.backends.cudnn.benchmark = on
 
 
 def usable_cores() -> int:
@@ -129,13 +156,15 @@ def place(
     cores: Optional[int] = None,
     gpus: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
+    fast_cuda: bool = True,
 ) -> Placement:
     """This rank's placement. ``*_device``: ``auto``, ``cpu`` or ``cuda``; ``*_threads``: ``auto``,
     a count, or (trainers) ``all``. ``gpu_collectors``: the weight sync scheme (``scheme``, for
     messages) delivers weights to a GPU per collector, so every rank that takes part needs one of
     its own. ``cores``/``gpus``/``env`` (the thread variables) default to this machine's and this
-    process's."""
+    process's. ``fast_cuda``: ``trainer.fast_cuda``, for a GPU trainer."""
     cores = usable_cores() if cores is None else cores
+    counted_here = gpus is None  # this machine's GPUs, not a count a caller gives
     gpus = torch.cuda.device_count() if gpus is None else gpus
     is_trainer = layout.is_trainer
     check_devices(trainer_device, collector_device, gpu_collectors, scheme, layout.single_process)
@@ -163,10 +192,40 @@ def place(
                 "with sync=shm or sync=gloo"
             )
         device = f"cuda:{index % gpus}"
+        if counted_here:
+            check_cuda_works(device, gpus, layout.rank, role)
     threads, threads_from = _threads(
         layout, trainer_threads, collector_threads, cores, os.environ if env is None else env
     )
-    return Placement(layout.rank, layout.role, device, threads, threads_from)
+    return Placement(layout.rank, layout.role, device, threads, threads_from, fast_cuda)
+
+
+def cuda_problem(device: str) -> Optional[str]:
+    """Why CUDA cannot use ``device`` here, or None if it can. ``torch.cuda.device_count()`` counts
+    what the driver lists, which can include a GPU that CUDA cannot use (a broken or mismatched
+    driver, a device hidden from the container, one busy in exclusive mode): one allocation proves
+    it, on the device this rank takes anyway (so it costs no other GPU a context)."""
+    try:
+        if not torch.cuda.is_available():
+            return "torch.cuda.is_available() is False"
+        torch.empty(1, device=device)
+    except Exception as e:  # CUDA's own error, whatever its class: said once, in the message
+        lines = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {lines[0] if lines else 'no message'}"
+    return None
+
+
+def check_cuda_works(device: str, gpus: int, rank: int, role: str) -> None:
+    """One :class:`PlacementError` naming the problem, before the rank's first real CUDA call (a
+    raw CUDA error from deep inside a rank would name none of it)."""
+    problem = cuda_problem(device)
+    if problem is not None:
+        raise PlacementError(
+            f"rank {rank} {role}: torch counts {gpus} GPU{'s' * (gpus != 1)} here, but CUDA "
+            f"cannot use {device} ({problem}). A broken or mismatched driver, or a device "
+            "hidden from this container or job: nvidia-smi shows what the node has. Fix CUDA, "
+            f"or use {role}.device=cpu"
+        )
 
 
 def threads_from_env(env: Mapping[str, str]) -> tuple[int, str] | None:

@@ -93,7 +93,9 @@ class Trainer:
         self.devices_checked = False  # after this process's first update (Trainer.learned)
         self._resume()
         self.connected = self.kind.connect(layout, groups, self.algo, self.progress.frames)
-        self.publication = Publication(self.connected.publisher, self.progress, self.algo)
+        self.publication = Publication(
+            self.connected.publisher, self.progress, self.algo, cfg.sync.timeout_s
+        )
         logger = None
         if layout.rank == 0:
             logger = open_log(cfg, run_dir, self.kind.total, self.step, self.kind.unit)

@@ -1,14 +1,16 @@
 """``harness gpu-check``: the harness on a GPU as its users run it, in one table (docs/gpu.md).
 
-    harness gpu-check [--out DIR]       # on a GPU machine: its steps' budgets add up to 9 minutes
+    harness gpu-check [--out DIR]       # on a GPU machine: its steps' budgets add up to 555 s
     harness gpu-check --dry-run         # every step on the CPU: proves the check without a GPU
-    harness gpu-check --fetch-wheels    # with internet: the wheels a GPU image lacks, into .whl/
+    harness gpu-check --fetch-wheels    # with internet: the wheels a GPU image lacks, into .whl/,
+                                        # for its CPython 3.12 on x86_64, checked before a lease
+    harness gpu-check --rehearse        # with internet: that install offline, and a dry run, here
     python3 -m harness gpu-check        # in the checkout, with a GPU image's own Python
 
-0. the GPU test tier (tests/devices/test_gpu.py);
+0. the GPU test tier (``pytest tests/devices -m gpu``);
 1. ``harness.train`` through torchrun, the trainer on CUDA and 2 CPU collectors: PPO CartPole and
    SAC Pendulum, short budgets, ``sync=gloo``, ``shm``, ``hierarchical``; PPO on Atari Breakout
-   (the Nature CNN), ``sync=gloo``;
+   (the Nature CNN, compiled: an untimed warm-up launch compiles it first), ``sync=gloo``;
 2. ``sync=nccl`` with GPU collectors when the machine has a GPU per rank (else skipped, saying so);
 3. ``benchmarks/update.py`` on CUDA (eager, compiled, amp) for every algorithm, the CPU's beside
    it;
@@ -33,22 +35,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.cli.gpu_check.wheelhouse import NEEDED, fetch, pinned, report
 from harness.cli.usage import Parser, UsageError
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout, whose tests/ and benchmarks/ it runs
-# What a GPU image usually lacks, at the versions constraints.txt pins (all pure Python: any
-# Python 3 takes them).
-NEEDED = (
-    "tensordict",
-    "pyvers",
-    "hydra-core",
-    "omegaconf",
-    "antlr4-python3-runtime",
-    "gymnasium",
-    "Farama-Notifications",
-    "ale-py",
-    "opencv-python-headless",
-)
 MODULES = ("tensordict", "hydra", "omegaconf", "gymnasium")
 DRY_RUN_MODULES = ("pytest", "ale_py")  # the test tier; ppo_atari's Breakout
 SKIPPED = (
@@ -70,6 +60,12 @@ def parser() -> Parser:
         action="store_true",
         help="with internet: download the wheels a GPU image lacks into $WHEELHOUSE (.whl/)",
     )
+    p.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="with internet, on the CPU: the GPU machine's offline install and a dry run, in a "
+        "fresh venv with only torch and the GPU image's packages (docs/gpu.md)",
+    )
     return p
 
 
@@ -85,6 +81,10 @@ def main(argv: list[str]) -> int:
     wheelhouse = Path(os.environ.get("WHEELHOUSE", ROOT / ".whl"))
     if args.fetch_wheels:
         return fetch_wheels(os.environ.get("PYTHON", sys.executable), wheelhouse)
+    if args.rehearse:
+        from harness.cli.gpu_check.rehearse import rehearse  # needs packaging, as pip does
+
+        return rehearse(args.out)
     python = choose_python(args.dry_run)
     if python is None:
         print(
@@ -104,13 +104,14 @@ def main(argv: list[str]) -> int:
         if not install(python, site, wheelhouse):
             return 2
         paths.append(str(site))
-    if args.dry_run and (lacking := missing(python, DRY_RUN_MODULES)):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
+    # With what was just installed on its path: ale-py comes from the wheelhouse.
+    if args.dry_run and (lacking := missing(python, DRY_RUN_MODULES, env)):
         raise SystemExit(
             f"error: the dry run needs {' and '.join(lacking)} (the test tier, Atari): "
             "pip install -e '.[test,atari]'"
         )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     version = "import torch; print(torch.__version__, 'cuda', torch.version.cuda)"
     found = subprocess.run([python, "-c", version], env=env, capture_output=True, text=True)
     print(f"gpu_check: {python}, torch {found.stdout.strip()}", file=sys.stderr, flush=True)
@@ -137,32 +138,27 @@ def sees_gpu(python: str) -> bool:
     return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
 
 
-def missing(python: str, modules: tuple[str, ...]) -> list[str]:
-    """Which of ``modules`` ``python`` cannot import."""
+def missing(python: str, modules: tuple[str, ...], env: dict[str, str] | None = None) -> list[str]:
+    """Which of ``modules`` ``python`` cannot import (in ``env``, else this environment)."""
     probe = (
         "import importlib.util, sys\n"
         "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
     )
-    found = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True)
+    found = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True, env=env)
     return found.stdout.split()
-
-
-def pinned(names: tuple[str, ...] | list[str]) -> list[str]:
-    """``name==version`` for each name, as constraints.txt pins it (the name alone where not)."""
-    lines = (ROOT / "constraints.txt").read_text().splitlines()
-    pins = {line.split("==")[0].lower(): line.strip() for line in lines if "==" in line}
-    return [pins.get(name.lower(), name) for name in names]
 
 
 def install(python: str, site: Path, wheelhouse: Path) -> bool:
     """:data:`NEEDED` into ``site``, from ``wheelhouse`` if it holds wheels, else from the index."""
     site.mkdir(parents=True, exist_ok=True)
-    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check"]
+    # --upgrade: a folder left by an earlier install would otherwise keep its old versions.
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--upgrade"]
+    pip += ["--disable-pip-version-check"]
     wheels = sorted(str(w) for w in wheelhouse.glob("*.whl"))
     if wheels:
         command = [*pip, "--no-index", "--no-compile", "--target", str(site), *wheels]
-    else:
-        command = [*pip, "--target", str(site), *pinned(NEEDED)]
+    else:  # a machine with an index may lack what the GPU image has: OpenCV for ppo_atari
+        command = [*pip, "--target", str(site), *pinned([*NEEDED, "opencv-python-headless"])]
     if subprocess.run(command).returncode == 0:
         return True
     print(
@@ -174,17 +170,11 @@ def install(python: str, site: Path, wheelhouse: Path) -> bool:
 
 
 def fetch_wheels(python: str, wheelhouse: Path) -> int:
-    """The wheels of :data:`NEEDED` into ``wheelhouse``, to carry to a GPU machine."""
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    pip = [python, "-m", "pip"]
-    # antlr4-python3-runtime 4.9.3 (hydra's parser) is published as source only: build its wheel.
-    antlr = ["antlr4-python3-runtime"]
-    built = [*pip, "wheel", "-q", "--no-deps", "-w", str(wheelhouse), *pinned(antlr)]
-    subprocess.run(built, check=True)
-    rest = [n for n in NEEDED if n not in antlr]
-    downloaded = [*pip, "download", "-q", "--no-deps", "--only-binary=:all:"]
-    subprocess.run([*downloaded, "-d", str(wheelhouse), *pinned(rest)], check=True)
-    for wheel in sorted(wheelhouse.iterdir()):
-        print(wheel.name)
+    """The wheels of :data:`NEEDED` for the GPU image's Python into ``wheelhouse``, checked
+    (:func:`harness.cli.gpu_check.wheelhouse.problems`) before they are carried."""
+    fetch(python, wheelhouse)
+    if report(wheelhouse):
+        print("gpu_check: the wheelhouse above would fail on the GPU machine", file=sys.stderr)
+        return 1
     print(f"carry {wheelhouse} to the GPU machine; harness gpu-check installs from it offline")
     return 0
