@@ -266,7 +266,8 @@ def reports_games(envs: gym.vector.VectorEnv) -> bool:
 
 def made_for(env_id: str, training: bool) -> dict[str, bool]:
     """gym.make's extra arguments: an env registered with a ``training`` flag (Atari's: lives as
-    episodes, FIRE on reset, clipped rewards) is made with ``training=False`` for evaluation."""
+    episodes, clipped rewards) is made with ``training=False`` for evaluation (Atari's: whole games,
+    raw rewards, served after lost lives, and the same cut-off in frames)."""
     return (
         {"training": training} if "training" in gym.spec(env_id.rpartition(":")[2]).kwargs else {}
     )

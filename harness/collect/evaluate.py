@@ -93,8 +93,10 @@ def evaluate(
     frames: Optional[list[np.ndarray]] = None,
 ) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
-    the episode returns. Bounded by the envs' time limits. ``frames``: append
-    env 0's picture before each of its steps (one frame per step)."""
+    the episode returns. Bounded by the envs' time limits (Atari's: its game's
+    108,000 emulator frames, as in training; a game waiting for FIRE after a
+    lost life is served by the env, :mod:`harness.collect.pixels`). ``frames``:
+    append env 0's picture before each of its steps (one frame per step)."""
     obs, _ = envs.reset(seed=seed)
     obs = to_tensor(obs)
     returns = np.zeros(envs.num_envs)

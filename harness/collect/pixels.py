@@ -1,19 +1,27 @@
 """Image-observation envs, made the way the networks take images: uint8, channels first.
 
 Atari (``pip install -e '.[atari]'``: ale-py, ROMs included): registered as
-``harness/Atari-<Game>-v5`` (``conf/env/breakout.yaml``, ...) and preprocessed
-as envpool's defaults, with the two options CleanRL's ``ppo_atari_envpool.py``
-turns on, so that scores compare with CleanRL's tables: 84x84 grayscale,
-4 frames skipped with the last two max-pooled, 4 frames stacked, up to 30
-no-op starts, FIRE at the start in games that have it, sticky actions off,
-the minimal action set, at most 108k emulator frames a game; for training
-(``training=True``, what collectors make) also a lost life ends an episode
-for the learner (FIRE after it too), and rewards are clipped to their sign. The
-returns reported (``train/episode_return``, evaluations) are the whole game's,
-unclipped: :class:`GameStats` counts them below the training wrappers, and
-evaluation makes the env with ``training=False``. Against ``ALE/<Game>-v5``'s
-defaults: sticky actions 0 (there 0.25), and the frame skip (4, there too)
-is done here, max-pooling the last two frames, where v5 returns the last.
+``harness/Atari-<Game>-v5`` (``conf/env/breakout.yaml``, ...) and played by the rules of
+Stable-Baselines3's Atari wrappers as CleanRL's ``ppo_atari.py`` and ``dqn_atari.py`` put them
+together on gym's ``<Game>NoFrameskip-v4`` (the env of their published scores; docs/pixels.md
+names the figures and every difference). The emulator is ``ALE/<Game>-v5`` made with
+NoFrameskip-v4's settings (no frame skip in the emulator, sticky actions 0 where v5 has 0.25, the
+minimal action set, at most 108,000 emulator frames a game); on it, as SB3's wrappers do: 1 to 30
+single-frame no-ops at a game's start (``NoopResetEnv``), each action repeated for 4 frames with
+the last two max-pooled (``MaxAndSkipEnv``), FIRE and then action 2 after a (re)start in games
+that have FIRE (``FireResetEnv``), 84x84 grayscale (OpenCV's INTER_AREA), 4 frames stacked, the
+first repeated to fill the stack. For training (``training=True``, what collectors make) also a
+lost life ends the learner's episode and its next reset is one no-op step, not a new game
+(``EpisodicLifeEnv``), and rewards are clipped to their sign (``ClipRewardEnv``);
+``tests/collect/test_sb3_atari_rules.py`` holds this flavour against SB3's wrappers. The
+returns reported (``train/episode_return``, evaluations) are the whole game's, unclipped:
+:class:`GameStats` counts them below the training wrappers, and evaluation makes the env with
+``training=False``, where a game is one episode and, since a greedy policy may never press FIRE,
+a lost life is followed by the presses the training flavour starts its next episode with
+(:class:`ServeAfterLostLife`). Grayscale is the ALE's own, max-pooled, then resized (gymnasium's
+``AtariPreprocessing``); SB3's ``WarpFrame`` converts the max-pooled colour frame, then resizes,
+and CleanRL's scripts resize it, then convert: on Breakout the frames are SB3's exactly and within
+1 gray level of CleanRL's; in other games a few pixels differ where moving objects overlap.
 
 MinAtar (Young and Tian 2019; ``pip install -e '.[minatar]'``): 10x10 versions
 of five Atari games, one channel per kind of object. Registered here as
@@ -35,6 +43,9 @@ MINATAR_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 MINATAR_HINT = "pip install -e '.[minatar]'  (or: .venv/bin/pip install MinAtar)"
 ATARI_GAMES = ("Breakout", "Pong", "BeamRider", "SpaceInvaders", "Seaquest")
 ATARI_HINT = "pip install -e '.[atari]'  (or: .venv/bin/pip install ale-py opencv-python-headless)"
+# A game's cut-off in emulator frames (30 minutes at 60 Hz), training and evaluation alike: the
+# ALE's, as NoFrameskip-v4 sets it; 27,000 agent steps of 4 frames.
+MAX_GAME_FRAMES = 108_000
 
 
 class ChannelsFirst(gym.ObservationWrapper):
@@ -109,34 +120,67 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE after every (re)start: games such as Breakout wait for it."""
+    """After every (re)start, FIRE and then action 2, each an agent step, as SB3's ``FireResetEnv``
+    does: games such as Breakout wait for FIRE."""
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(1)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
+        info: dict = {}
+        for press in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(press)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
         return obs, info
 
 
+class ServeAfterLostLife(gym.Wrapper):
+    """Evaluation, in games with FIRE: after a step that loses a life (not the last), the steps
+    the training flavour starts its next episode with (a no-op, FIRE, then action 2) are played
+    within that step, their rewards added to it. Breakout waits for FIRE after a lost life, so
+    without them a policy that never presses it (greedy ones can) plays on to the game's 108,000
+    frame cut-off."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        reward = float(reward)
+        lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        if 0 < lives < self.lives:
+            for press in (0, 1, 2):
+                if terminated or truncated:
+                    break
+                obs, more, terminated, truncated, info = self.env.step(press)
+                reward += float(more)
+        self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        return obs, reward, terminated, truncated, info
+
+
 def make_atari(game: str, training: bool = True, **kwargs: Any) -> gym.Env:
-    """Atari's ``game`` (``Breakout``, ...), preprocessed as the module says; ``training``: with the
-    learner's episodes (lives), FIRE on reset and clipped rewards."""
+    """Atari's ``game`` (``Breakout``, ...) by the rules the module names; ``training``: with the
+    learner's episodes (lives) and clipped rewards, else whole games served after lost lives."""
     import ale_py  # an extra: check_env_id names it when missing
 
     gym.register_envs(ale_py)
     env: gym.Env = gym.make(
-        f"ALE/{game}-v5",
+        f"ALE/{game}-v5",  # with NoFrameskip-v4's settings: CleanRL's published scores' env
         frameskip=1,
         repeat_action_probability=0.0,
-        max_num_frames_per_episode=108_000,
+        full_action_space=False,
+        max_num_frames_per_episode=MAX_GAME_FRAMES,
         **kwargs,
     )
     env = GameStats(gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84))
+    fire = "FIRE" in env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
     if training:
         env = EpisodicLife(env)
-    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        # in training after each lost life too; in evaluation, at the game's start
+    elif fire:
+        env = ServeAfterLostLife(env)
+    if fire:
+        # training: after each lost life too (a reset of EpisodicLife); evaluation: at the start
         env = FireReset(env)
     if training:
         env = gym.wrappers.TransformReward(env, lambda reward: float(np.sign(float(reward))))

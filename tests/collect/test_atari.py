@@ -1,18 +1,23 @@
-"""Atari as the harness makes it (harness/collect/pixels.py): envpool's preprocessing against a
-reference written out on the raw emulator, and the training flavour's lives, FIRE and clipped
-rewards against the games it reports."""
+"""Atari as the harness makes it (harness/collect/pixels.py): the evaluation flavour's preprocessing
+against SB3's Atari rules written out step by step on the raw emulator (the training flavour is held
+against SB3's own wrappers in test_sb3_atari_rules.py), the training flavour's lives, FIRE and
+clipped rewards against the games it reports, and evaluation episodes that end without FIRE."""
 
 from __future__ import annotations
 
+import ale_py
 import cv2
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from helpers import column, rows, run_harness
+from tensordict import TensorDict
 
 from harness.algos import algorithm_for
+from harness.algos.base import Policy
 from harness.collect.envs import env_spec, make_vec_env
+from harness.collect.evaluate import evaluate, make_eval_envs
 from harness.collect.rollout import RolloutCollector
 from harness.metrics import video
 from harness.sync import Header
@@ -21,17 +26,14 @@ BREAKOUT = "harness/Atari-Breakout-v5"
 
 
 def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
-    """envpool's defaults on the raw emulator, step by step: 1 to 30 no-ops after the reset (drawn
-    from the env's generator, as gymnasium's AtariPreprocessing draws them), then each action
+    """SB3's Atari rules (``NoopResetEnv``, ``MaxAndSkipEnv``, ``FireResetEnv``, ``WarpFrame``, as
+    CleanRL's ``ppo_atari.py`` uses them) on the raw emulator, step by step: 1 to 30 no-ops after
+    the reset (drawn from the env's generator, as ``NoopResetEnv`` draws them), then each action
     repeated for 4 emulator frames, the grayscale screens of the last two max-pooled and shrunk to
-    84x84 (OpenCV's INTER_AREA), starting with FIRE, and the newest 4 of these stacked oldest first,
-    the first frame repeated to fill the stack at the start."""
-    env = gym.make(
-        "ALE/Breakout-v5",
-        frameskip=1,
-        repeat_action_probability=0.0,
-        max_num_frames_per_episode=108_000,
-    )
+    84x84 (OpenCV's INTER_AREA), starting with FIRE and then action 2, and the newest 4 of these
+    stacked oldest first, the first frame repeated to fill the stack at the start."""
+    gym.register_envs(ale_py)
+    env = gym.make("BreakoutNoFrameskip-v4")  # SB3's rules' env: no frame skip, no sticky actions
     env.reset(seed=seed)
     ale = env.unwrapped.ale
     for _ in range(env.unwrapped.np_random.integers(1, 31)):
@@ -46,7 +48,8 @@ def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
             np.maximum(screens[-2], screens[-1]), (84, 84), interpolation=cv2.INTER_AREA
         )
 
-    frames = [agent_step(1)] * 4  # FIRE, which Breakout waits for
+    agent_step(1)  # FIRE, which Breakout waits for
+    frames = [agent_step(2)] * 4  # then action 2, as FireResetEnv presses
     stacks = [np.stack(frames)]
     for action in actions:
         frames = [*frames[1:], agent_step(action)]
@@ -56,9 +59,9 @@ def reference_observations(seed: int, actions: list[int]) -> list[np.ndarray]:
 
 
 @pytest.mark.unit
-def test_preprocessing_matches_envpools_written_out_on_the_emulator():
+def test_preprocessing_matches_sb3s_rules_written_out_on_the_emulator():
     """The evaluation flavour (no lives, raw rewards): frame skip with max-pooling, 84x84 grayscale,
-    stack order, the no-op start and FIRE, frame for frame."""
+    stack order, the no-op start, FIRE and action 2, frame for frame."""
     actions = [1, 1, 2, 3, 2, 0, 1, 3, 3, 2, 1, 0]
     envs = make_vec_env(BREAKOUT, 1, training=False)
     obs, _ = envs.reset(seed=5)
@@ -103,6 +106,38 @@ def test_a_lost_life_ends_a_training_episode_but_not_the_reported_game():
     assert games[0] >= clipped_sum > 0  # the raw return: Breakout's bricks are worth 1, 4 or 7
 
 
+class NeverFires(Policy):
+    """Breakout's NOOP in every env, as a greedy policy that has not learnt to serve plays;
+    counts the steps it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def forward(self, obs, values=None, deterministic=False):
+        self.steps += 1
+        noop = torch.zeros(len(obs), dtype=torch.long)
+        return TensorDict({"action": noop}, batch_size=[len(obs)])
+
+
+@pytest.mark.unit
+def test_an_evaluation_that_never_presses_fire_ends_every_game_well_before_the_cut_off():
+    """Breakout waits for FIRE after a lost life: the evaluation flavour serves then, so each game
+    ends in its 5 lives, where without it the game waited for the 108,000-frame cut-off (27,000
+    agent steps), the same cut-off in frames as training's."""
+    policy = NeverFires()
+    envs = make_eval_envs(BREAKOUT, 2, None, render=False)
+    training_envs = make_vec_env(BREAKOUT, 1)
+    cut_off = envs.envs[0].unwrapped.ale.getInt("max_num_frames_per_episode")
+    assert cut_off == training_envs.envs[0].unwrapped.ale.getInt("max_num_frames_per_episode")
+    training_envs.close()
+    returns = evaluate(policy, envs, seed=3, values={})
+    envs.close()
+    assert cut_off == 108_000 and len(returns) == 2
+    # every game over in a tenth of the cut-off: agent steps of 4 frames (and a few served)
+    assert policy.steps * 4 < cut_off / 10, policy.steps
+
+
 @pytest.mark.unit
 def test_the_collector_counts_whole_games_with_raw_returns():
     spec = env_spec(BREAKOUT)
@@ -140,7 +175,7 @@ def test_a_tiny_ppo_atari_run_through_torchrun_with_two_collectors(tmp_path):
         "logger.log_every_frames=512",
         "eval.every_frames=1024",
         "eval.episodes=1",
-        # an untrained policy may never serve again after a lost life: bound its game
+        # short games keep the run and its video short (evaluation serves after lost lives)
         "env.max_episode_steps=300",
         "run_dir=run",
     ]

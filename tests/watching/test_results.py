@@ -77,6 +77,25 @@ def test_each_preset_launches_the_processes_it_is_set_for_unless_nproc_says_othe
     assert "--nproc_per_node=4" in sc.command("ppo_atari", 1, tmp_path, None, False, nproc=4)
 
 
+def test_each_atari_row_names_its_env_rules_and_the_figure_published_for_those_rules():
+    """An ale-py row plays by SB3's wrappers' rules as a CleanRL script does on NoFrameskip-v4: its
+    figure is that script's on that game's NoFrameskip-v4 (CleanRL's docs), never
+    ppo_atari_envpool.py's on envpool's v5 (other rules: 211.2 ± 151.8 on Breakout)."""
+    atari = {name: pub for name, pub in sc.PRESETS.items() if "atari" in name}
+    assert {"ppo_atari", "dqn_atari", "ppo_atari_pong"} <= set(atari)
+    for name, pub in atari.items():
+        game = pub.task.split()[0]
+        if "SB3 wrappers' rules" in pub.task:
+            script = pub.task.rsplit("CleanRL ", 1)[1].rstrip(")")
+            assert f"(CleanRL {script}, {game}NoFrameskip-v4)" in pub.score, name
+        else:  # any other rules are envpool's, whose figures are for its own v5 envs
+            assert "envpool" in pub.task and f"{game}-v5" in pub.score, name
+    assert sc.PRESETS["ppo_atari"].score.startswith("414.7 ± 28.1 ")  # CleanRL ppo.md, 10M
+    assert sc.PRESETS["dqn_atari"].score.startswith("366.9 ± 39.9 ")  # CleanRL dqn.md, 10M
+    assert sc.PRESETS["ppo_atari_pong"].score.startswith("20.4 ± 0.2 ")
+    assert "dqn_atari.py" in sc.PRESETS["dqn_atari"].task
+
+
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):
     out = tmp_path / "results.md"
     kept = (

@@ -53,7 +53,18 @@ class Published:
     nproc: int = 2  # torchrun's processes: 1 trainer + the collectors the preset's settings are for
 
 
-BREAKOUT = "Breakout (ALE v5, envpool's settings)"
+def sb3_atari(
+    algo: str, game: str, script: str, score: str, launch: tuple[str, ...] = ()
+) -> Published:
+    """An ale-py Atari row: its env follows SB3's Atari wrappers as CleanRL's ``script`` uses them
+    on ``<game>NoFrameskip-v4`` (harness/collect/pixels.py), so its published figure is that
+    script's on that env (CleanRL's docs: 3 seeds, 10M agent steps of 4 frames), not
+    ``ppo_atari_envpool.py``'s on envpool's ``<game>-v5`` (other rules; docs/pixels.md has both)."""
+    task = f"{game} (ale-py, SB3 wrappers' rules as CleanRL {script})"
+    published = f"{score} (CleanRL {script}, {game}NoFrameskip-v4)"
+    return Published(algo, task, published, 10_000_000, launch, nproc=3)
+
+
 PRESETS = {
     "ppo_cartpole": Published(
         "PPO", "CartPole-v1", "500 ± 0 (rl-baselines3-zoo)", 100_000, nproc=3
@@ -66,15 +77,10 @@ PRESETS = {
     "td3_halfcheetah": Published("TD3", "HalfCheetah-v5", "9583 ± 126 on v4 (CleanRL)", 1_000_000),
     "sac_hopper": Published("SAC", "Hopper-v5", "2310 ± 343 on v4 (CleanRL)", 1_000_000),
     "td3_hopper": Published("TD3", "Hopper-v5", "3135 ± 360 on v4 (CleanRL)", 1_000_000),
-    "ppo_atari": Published("PPO", BREAKOUT, "415 (CleanRL, envpool)", 10_000_000, nproc=3),
-    "dqn_atari": Published("DQN", BREAKOUT, "367 (CleanRL)", 10_000_000, nproc=3),
-    "ppo_atari_pong": Published(
-        "PPO",
-        "Pong (ALE v5, envpool's settings)",
-        "20.4 (CleanRL, envpool)",
-        10_000_000,
-        ("experiment=ppo_atari", "env=pong"),
-        nproc=3,
+    "ppo_atari": sb3_atari("PPO", "Breakout", "ppo_atari.py", "414.7 ± 28.1"),
+    "dqn_atari": sb3_atari("DQN", "Breakout", "dqn_atari.py", "366.9 ± 39.9"),
+    "ppo_atari_pong": sb3_atari(
+        "PPO", "Pong", "ppo_atari.py", "20.4 ± 0.2", ("experiment=ppo_atari", "env=pong")
     ),
 }
 
