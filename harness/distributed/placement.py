@@ -195,7 +195,12 @@ def place(
         if counted_here:
             check_cuda_works(device, gpus, layout.rank, role)
     threads, threads_from = _threads(
-        layout, trainer_threads, collector_threads, cores, os.environ if env is None else env
+        layout,
+        trainer_threads,
+        collector_threads,
+        cores,
+        os.environ if env is None else env,
+        gpu_trainer=is_trainer and device.startswith("cuda"),
     )
     return Placement(layout.rank, layout.role, device, threads, threads_from, fast_cuda)
 
@@ -244,15 +249,27 @@ def threads_from_env(env: Mapping[str, str]) -> tuple[int, str] | None:
 
 
 def _threads(
-    layout: Layout, trainer_threads: str, collector_threads: str, cores: int, env: Mapping[str, str]
+    layout: Layout,
+    trainer_threads: str,
+    collector_threads: str,
+    cores: int,
+    env: Mapping[str, str],
+    gpu_trainer: bool = False,
 ) -> tuple[int, str]:
     """This rank's thread count and where it came from: its role's setting, if a count or ``all``;
-    else (``auto``) the environment's, if it sets one; else the node's cores."""
+    else (``auto``) the environment's, if it sets one; else the node's cores. A GPU trainer's
+    ``all`` is the cores the collectors leave: its products run on the GPU, and every core would
+    only take the collectors' (which act while it learns)."""
     section, setting = (
         ("trainer", trainer_threads) if layout.is_trainer else ("collector", collector_threads)
     )
     node_trainers = max(1, sum(r < layout.trainers for r in layout.node_ranks))
     shared = f", shared by {node_trainers} trainers" if node_trainers > 1 else ""
+    left = cores - (layout.local_world_size - node_trainers)  # one core per collector of the node
+    if setting == ALL and gpu_trainer:
+        return max(1, left // node_trainers), (
+            f"trainer.threads=all on a GPU: the {max(left, 1)} cores the collectors leave{shared}"
+        )
     if setting == ALL:  # a trainer's (checked with the config)
         return max(
             1, cores // node_trainers
@@ -262,7 +279,6 @@ def _threads(
     found = threads_from_env(env)
     if found is not None:
         return found[0], f"{found[1]}; {section}.threads=N overrides it"
-    left = cores - (layout.local_world_size - node_trainers)  # one core per collector of the node
     if layout.single_process:
         return cores, f"auto: the {cores} cores it may use"
     if layout.is_trainer:

@@ -288,3 +288,13 @@ def test_gpu_collectors_without_nccl_are_refused_saying_why(gpus):
     assert (
         placements(world=1, collector_device="cuda", gpus=1)[0].device == "cuda:0"
     )  # one process: the trainer's device
+
+
+def test_a_gpu_trainers_all_threads_are_the_cores_its_collectors_leave():
+    """Its products run on the GPU: every core would only take the collectors'."""
+    got = placements(world=4, trainer_device="cuda", trainer_threads="all", cores=16, gpus=1)
+    assert got[0].threads == 13 and got[0].device == "cuda:0"
+    assert "all on a GPU: the 13 cores the collectors leave" in got[0].describe()
+    assert [p.threads for p in got[1:]] == [1, 1, 1]
+    cpu = placements(world=4, trainer_device="cpu", trainer_threads="all", cores=16)
+    assert cpu[0].threads == 16  # a CPU trainer's all: the node's cores, as before
