@@ -1,6 +1,6 @@
 """``harness gpu-check``: the harness on a GPU as its users run it, in one table (docs/gpu.md).
 
-    harness gpu-check [--out DIR]       # on a GPU machine: its steps' budgets add up to 555 s
+    harness gpu-check [--out DIR]       # on a GPU machine: its steps' budgets add up to 470 s
     harness gpu-check --dry-run         # every step on the CPU: proves the check without a GPU
     harness gpu-check --fetch-wheels    # with internet: the wheels a GPU image lacks, into .whl/,
                                         # for its CPython 3.12 on x86_64, checked before a lease
