@@ -7,12 +7,16 @@ minibatches), ``algo.update`` on a round of random HalfCheetah-shaped frames wit
 ``in_gae``: the part of it inside ``gae`` (timed by wrapping the function the update calls);
 ``share``: their ratio, per round, median. Then GAE alone at 1x512, 32x512 and 1x2048, the
 harness's scan against ``loop``, the Python loop over time that GAE was before (a reference
-written here), interleaved, medians, one thread.
+written here), interleaved (each timed call after an untimed one of the same function), medians,
+one thread. Python's garbage collector is off while
+timing: the loop's thousands of small tensors would otherwise set off collections that land in
+whichever call runs next.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -117,6 +121,7 @@ def scan_against_loop(repeats: int, device: str) -> list[dict[str, float | str]]
         samples: dict[str, list[float]] = {name: [] for name in fns}
         for round_ in range(repeats + 1):
             for name, fn in fns.items():
+                fn(*args)  # untimed: the other function's leftovers (caches, freed memory) go first
                 sync(device)
                 start = time.perf_counter()
                 fn(*args)
@@ -145,6 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    gc.disable()
     share = update_share(args.repeats, args.device)
     print(
         f"ppo_halfcheetah update: {share['update_s']:.3f} s a round, {share['in_gae_s'] * 1e3:.2f} "
