@@ -47,9 +47,13 @@ class ReplayBuffer:
         n = batch.shape[0]
         if n > self.capacity:
             batch, n = batch[-self.capacity :], self.capacity
-        idx = (self.cursor + torch.arange(n, device=self.storage.device)) % self.capacity
-        # on a GPU: one copy of the batch, then an index on the device
-        self.storage[idx] = batch.to(self.storage.device)
+        # on a GPU: one copy of the batch; then one or two slices (the second where it wraps),
+        # plain copies where an index would gather
+        batch = batch.to(self.storage.device)
+        first = min(n, self.capacity - self.cursor)
+        self.storage[self.cursor : self.cursor + first] = batch[:first]
+        if first < n:
+            self.storage[: n - first] = batch[first:]
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

@@ -28,7 +28,8 @@ def test_replay_wraps_around_keeping_the_newest():
     buffer.extend(transitions(3))
     buffer.extend(transitions(4, start=3))  # 7 in all: 0 and 1 are overwritten
     assert buffer.size == 5 and buffer.cursor == 2
-    assert sorted(buffer.storage["reward"].tolist()) == [2, 3, 4, 5, 6]
+    assert buffer.storage["reward"].tolist() == [5, 6, 2, 3, 4]  # a ring: 5 and 6 wrapped
+    assert buffer.storage["obs"][:, 0].tolist() == [5, 6, 2, 3, 4]
     assert buffer.nbytes == 5 * (3 + 1) * 4
 
 
