@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -321,9 +322,13 @@ def test_one_and_two_trainers_learn_alike(workdir):
         )
         assert out.returncode == 0, out.stderr[-3000:]
         finals[trainers] = column(rows(workdir / f"t{trainers}"), "train/episode_return")
+    # PPO on CartPole swings from window to window once it learns (a 10k-frame window after a
+    # peak of 395 can read 137), so the second half is judged as a whole: random play scores
+    # about 22, the first window about 70.
     for trainers, curve in finals.items():
-        assert max(curve[-2:]) > 120, (trainers, curve)
-        assert curve[-1] > 2 * curve[0], (trainers, curve)
+        second_half = curve[len(curve) // 2 :]
+        assert statistics.mean(second_half) > 120, (trainers, curve)
+        assert max(second_half) > 2 * curve[0], (trainers, curve)
 
 
 @pytest.mark.unit
