@@ -1,33 +1,47 @@
-"""Publish-to-applied latency of every weight sync scheme that runs here.
+"""Publish-to-applied latency, throughput and memory of every weight sync scheme that runs here.
 
     python benchmarks/weight_sync.py --json bench-weight_sync.json \\
-        [--sizes 100000 1000000 10000000] [--repeats 3]
+        [--sizes 100000 1000000 10000000] [--collectors 1 2] [--repeats 3]
+    python benchmarks/weight_sync.py --sizes 100000000 --schemes gloo --bucket-mb 0 4 32 128
+    python benchmarks/weight_sync.py --sizes 100000000 --schemes gloo shm --verify off every
     python benchmarks/weight_sync.py --publisher-device cuda --sizes 10000000 \\
         --schemes d2h gloo shm hierarchical
 
-Real spawned ranks: one publisher (rank 0) and two subscribers. Each sample:
+Real spawned ranks: one publisher (rank 0) and ``--collectors`` subscribers. Each sample:
 rank 0 stamps the clock, publishes, and every subscriber notes when the update
 is applied to its policy; a barrier separates samples, so nothing queues. The
-clock is CLOCK_MONOTONIC, shared by all processes of a machine.
+clock is CLOCK_MONOTONIC, shared by all processes of a machine. ``--bucket-mb``
+and ``--verify`` are ``sync.bucket_mb`` and ``sync.verify``; given several values,
+every combination is measured.
 
-References measured in the same run:
+Floors and references measured in the same run (``benchmarks/weight_sync_floors.py``):
+``memcpy`` (one in-process, cache-hot copy of the same bytes: the floor of ``shm``
+and ``hierarchical``), ``tcp`` (raw loopback TCP from rank 0 to every collector at
+once: the floor of ``gloo``), ``shm_copy_ack`` (a copy into shared memory and a
+futex wake-up: the cross-process floor) and ``gloo_per_param`` (one Gloo broadcast
+per tensor, close to TorchRL's distributed weight updater). Each row reports its
+median latency, GB/s (the model's bytes over the median: one copy of them, whatever
+the number of collectors) and its ratio to its floor.
 
-- ``memcpy``: one in-process, cache-hot copy of the same bytes. It moves
-  between runs (0.04 ms at 1M one day, 0.30 ms another), so ratios to it swing;
-- ``shm_copy_ack``: the cross-process floor. The publisher copies its packed
-  parameters into a shared-memory buffer and bumps a word there; each
-  subscriber, asleep on that word (a futex, as ``shm`` readers wait), wakes,
-  notes the time and acknowledges. No scheme that moves the bytes to another
-  process can beat it: it is one copy and one wake-up, with no locking,
-  no header and no protocol;
-- ``gloo_per_param``: one Gloo broadcast per tensor: the naive way, close to
-  TorchRL's distributed weight updater.
+Memory, per launch: every rank's peak RSS over its whole life (``getrusage``, which
+counts the shared-memory pages it touched, and the transient copies of start-up:
+packing, the schema handshake, the payloads), and the trainer's peak during the
+measured publishes. After the warm-up each rank frees what start-up left behind,
+reported as it goes: ``garbage`` (payloads in reference cycles, which Python's cyclic
+collector frees when it chooses to run) and ``retained`` (freed memory glibc kept,
+``malloc_trim``); then its peak RSS is reset (writing 5 to ``/proc/self/clear_refs``,
+which resets ``ru_maxrss`` too: read before). ``trainer_publish_extra_mb``: the
+trainer's peak during the measured publishes less the model alone (its RSS before
+the model was made plus the model's bytes), i.e. what the scheme holds and what a
+publish allocates, shared memory it mapped included (``trainer_shmem_mb`` of it).
 
-Models hold about ``params`` float32 parameters as 100 tensors (50 linear layers).
-With ``--repeats N`` every scheme is launched N times, the schemes taking
-turns, and a row's median is the median of the launches' medians: on a machine
-whose load drifts, a ratio of neighbours in time holds better than one of
-launches minutes apart.
+Models hold about ``params`` parameters as 100 tensors (50 linear layers), float32
+below ``--bf16-from`` parameters and bfloat16 from there (1B float32 parameters
+with 2 collectors needs more than this 24 GiB machine has: a full copy in the
+trainer and in each collector, their staging copies and an shm segment of
+collectors + 2 slots). A launch whose estimated peak exceeds the memory available
+is skipped, saying so. With ``--repeats N`` every configuration is launched N
+times, taking turns, and a row's median is the median of the launches' medians.
 
 ``--publisher-device cuda``: rank 0's model lives on its GPU (a GPU trainer
 with CPU collectors: each publish is one device-to-host copy into pinned
@@ -38,40 +52,64 @@ device-to-host copy of the same bytes into pinned memory, in one process.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import itertools
 import json
-import math
 import statistics
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
+from weight_sync_floors import (
+    MB,
+    PROCESS_GROUP_TIMEOUT_S,
+    copy_ack_rank,
+    first_for_the_oom_killer,
+    fits,
+    make_model,
+    maxrss_mb,
+    memcpy,
+    model_bytes,
+    per_param_rank,
+    release_start_up_memory,
+    reset_peak,
+    status_mb,
+    tcp_rank,
+)
 
 from harness.core.packing import pack_parameters_
 from harness.distributed.setup import init_distributed
 from harness.distributed.topology import Layout
 from harness.sync import SCHEMES as SCHEMES_BY_NAME
-from harness.sync import Header, WeightPublisher, futex, make_publisher, make_subscriber, shm_files
+from harness.sync import Header, WeightPublisher, make_publisher, make_subscriber
 from harness.sync.config import SyncConfig
 from harness.testing.spawn import run_ranks
 
 SCHEMES = ["gloo", "shm", "hierarchical"]
-REFERENCES = ["shm_copy_ack", "gloo_per_param"]  # measured by spawned ranks like the schemes
-
-
-def make_model(params: int) -> nn.Module:
-    width = max(int(math.sqrt(params / 50)), 1)
-    return nn.Sequential(*[nn.Linear(width, width) for _ in range(50)])
+REFERENCES = ["tcp", "shm_copy_ack", "gloo_per_param"]  # spawned ranks, like the schemes
+FLOOR = {"gloo": "tcp", "gloo_per_param": "tcp", "shm": "memcpy", "hierarchical": "memcpy"}
+FLOOR |= {"shm_copy_ack": "memcpy", "tcp": "memcpy"}
+LARGE = 500_000_000  # from here a publish takes seconds: few samples, one warm-up
 
 
 def scheme_rank(
-    rank: int, world: int, scheme: str, params: int, samples: int, device: str = "cpu"
-) -> list[float]:
-    torch.set_num_threads(1)
-    groups = init_distributed(Layout.from_env(1), 60, SCHEMES_BY_NAME[scheme])
-    model = make_model(params)
+    rank: int,
+    world: int,
+    scheme: str,
+    params: int,
+    dtype: torch.dtype,
+    warmup: int,
+    samples: int,
+    settings: dict,
+    device: str = "cpu",
+) -> dict:
+    """One rank of a launch of ``scheme`` with ``settings`` (``sync.*``): its latencies, ms, and
+    its memory (see the module docstring)."""
+    first_for_the_oom_killer()
+    groups = init_distributed(Layout.from_env(1), PROCESS_GROUP_TIMEOUT_S, SCHEMES_BY_NAME[scheme])
+    # the model's own memory, counted exactly: packing's freed copies may still be resident later
+    on_host = model_bytes(params, dtype) / MB if rank or device == "cpu" else 0.0
+    memory = {"model_mb": status_mb("VmRSS") + on_host}
+    model = make_model(params, dtype)
     if rank == 0:
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device).index or 0)
@@ -82,164 +120,182 @@ def scheme_rank(
             raise RuntimeError(
                 f"the publisher's weights should be on {device}, but they are on {sorted(where)}"
             )
-    cfg = SyncConfig(name=scheme, timeout_s=60, poll_interval_s=0.0001)
+    cfg = SyncConfig(name=scheme, timeout_s=300, poll_interval_s=0.0001, **settings)
     end = make_publisher(cfg, rank, groups) if rank == 0 else make_subscriber(cfg, rank, groups)
     end.connect({"policy": model}, ("t0",))
     latencies = []
-    for version in range(samples):
+    for version in range(warmup + samples):
+        if version == warmup:  # the peak of the measured publishes, not of start-up's copies
+            memory |= {"start_maxrss_mb": maxrss_mb(), "steady_mb": status_mb("VmRSS")}
+            memory["garbage_mb"], memory["retained_mb"] = release_start_up_memory()
+            memory["peak_reset"] = reset_peak()
         dist.barrier()
         if isinstance(end, WeightPublisher):
             end.publish(
-                Header(version, stop=version == samples - 1, values={"t0": time.monotonic()})
+                Header(
+                    version, stop=version == warmup + samples - 1, values={"t0": time.monotonic()}
+                )
             )
         else:
             header = end.wait(version)
             latencies.append(1000 * (time.monotonic() - header.values["t0"]))
     dist.barrier()
+    memory |= {"publish_peak_mb": status_mb("VmHWM"), "shmem_mb": status_mb("RssShmem")}
     end.close()
-    return latencies
+    maxrss = max(memory.pop("start_maxrss_mb"), maxrss_mb())  # the reset cleared ru_maxrss too
+    return {"ms": latencies, "maxrss_mb": maxrss, "memory": memory}
 
 
-def per_param_rank(rank: int, world: int, params: int, samples: int) -> list[float]:
-    torch.set_num_threads(1)
-    init_distributed(Layout.from_env(1), 60)
-    tensors = [p.data for p in make_model(params).parameters()]
-    stamp = torch.zeros(1, dtype=torch.float64)
-    latencies = []
-    for _ in range(samples):
-        dist.barrier()
-        if rank == 0:
-            stamp.fill_(time.monotonic())
-        dist.broadcast(stamp, src=0)
-        for t in tensors:
-            dist.broadcast(t, src=0)
+def plan(config: dict, args: argparse.Namespace) -> tuple[int, int]:
+    """A launch's warm-up publishes and measured ones. The warm-up covers connections, caches,
+    the first publish's allocations and, for shared memory, a first write into every slot (the
+    writer's first touch of a slot's pages costs about 3 ms a MB here, once)."""
+    params, collectors = config["params"], config["collectors"] or 0
+    slots = collectors + 2 if config["scheme"] in ("shm", "hierarchical") else 0
+    if params >= LARGE:
+        return max(1, slots), args.large_samples
+    return max(2, slots), args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
+
+
+def gather(results: dict, warmup: int) -> dict:
+    """A launch's ranks' results: the collectors' latencies after the warm-up, every rank's peak
+    RSS, the trainer's memory."""
+    out: dict = {"ms": [], "maxrss_mb": {}}
+    for rank, (status, value) in sorted(results.items()):
+        if status != "ok":
+            raise RuntimeError(f"rank {rank}: {status}: {value}")
+        out["maxrss_mb"][rank] = value["maxrss_mb"]
         if rank:
-            latencies.append(1000 * (time.monotonic() - float(stamp)))
-    dist.barrier()
-    return latencies
-
-
-def copy_ack_rank(rank: int, world: int, params: int, samples: int) -> list[float]:
-    """``shm_copy_ack``: rank 0 copies into shared memory and rings; every other rank wakes, notes
-    the time, acknowledges."""
-    from multiprocessing import shared_memory
-
-    torch.set_num_threads(1)
-    # barriers between samples, and the buffer's name; never in what is timed
-    init_distributed(Layout.from_env(1), 60)
-    # one buffer, as a trainer's
-    packed = next(pack_parameters_(make_model(params)).parameters()).untyped_storage()
-    source = torch.empty(0, dtype=torch.uint8).set_(packed)  # type: ignore[call-overload]
-    # the harness's own naming: its stale-segment clean-up also finds this one
-    name = [shm_files.new_name(0)]
-    dist.broadcast_object_list(name, src=0)
-    offset = -(-(3 + world) * 8 // 64) * 64
-    if rank == 0:
-        region = shared_memory.SharedMemory(name=name[0], create=True, size=offset + source.numel())
-    dist.barrier()
-    if rank:
-        region = shared_memory.SharedMemory(name=name[0])
-    try:
-        return copy_ack_samples(rank, world, region.buf, offset, source, samples)
-    finally:  # also after a failure: no segment outlives the benchmark
-        if rank == 0:
-            region.unlink()
-        # a failure's traceback may still hold views of the buffer
-        with contextlib.suppress(BufferError):
-            region.close()
-
-
-def copy_ack_samples(
-    rank: int, world: int, buf, offset: int, source: torch.Tensor, samples: int
-) -> list[float]:
-    # [version, acknowledgement bell, the publish's clock in ns, the version each subscriber
-    # acknowledged...]
-    control = np.ndarray((3 + world,), dtype=np.int64, buffer=buf)
-    target = torch.frombuffer(buf, dtype=torch.uint8, count=source.numel(), offset=offset)
-    bell, ack_bell = control.ctypes.data, control.ctypes.data + 8
-    latencies = []
-    dist.barrier()
-    for version in range(1, samples + 1):
-        dist.barrier()
-        if rank == 0:
-            control[2] = time.monotonic_ns()
-            target.copy_(source)
-            control[0] = version
-            futex.wake(bell)
-            while True:
-                # before looking: an acknowledgement after it ends the sleep at once
-                rung = int(control[1])
-                if all(control[3 + r] == version for r in range(1, world)):
-                    break
-                futex.wait(ack_bell, rung, 1.0)
-        else:
-            while int(control[0]) < version:
-                futex.wait(bell, version - 1, 1.0)
-            latencies.append((time.monotonic_ns() - int(control[2])) / 1e6)
-            control[3 + rank] = version
-            control[1] += (
-                # not atomic: two subscribers may add one between them, but the word changes, which
-                # is all a sleeper needs
-                1
-            )
-            futex.wake(ack_bell)
-    dist.barrier()
-    return latencies
-
-
-def memcpy(params: int, samples: int, source: str = "cpu") -> list[float]:
-    """One copy of the model's bytes into CPU memory (pinned when ``source`` is a GPU: the ``d2h``
-    reference)."""
-    torch.set_num_threads(1)
-    nbytes = sum(p.numel() * 4 for p in make_model(params).parameters())
-    gpu = source.startswith("cuda")
-    src = torch.ones(nbytes, dtype=torch.uint8, device=source)
-    dst = torch.zeros(nbytes, dtype=torch.uint8, pin_memory=gpu)
-    out = []
-    for _ in range(samples):
-        start = time.monotonic()
-        dst.copy_(src)  # from a GPU into pinned memory: complete when it returns
-        out.append(1000 * (time.monotonic() - start))
+            out["ms"] += value["ms"][warmup:]
+            out.setdefault("warmup_ms", []).append(value["ms"][:warmup])
+            if "memory" in value:
+                out.setdefault("collector_memory", []).append(value["memory"])
+        elif "memory" in value:
+            out["memory"] = value["memory"]
     return out
 
 
-def gather(results: dict) -> list[float]:
-    latencies = []
-    for rank, (status, value) in results.items():
-        if status != "ok":
-            raise RuntimeError(f"rank {rank}: {status}: {value}")
-        if rank:
-            latencies += value[2:]  # the first samples warm up connections and caches
-    return latencies
+def measure(config: dict, args: argparse.Namespace) -> dict:
+    """One launch of ``config``'s scheme (or reference) with rank 0's model on the publisher
+    device."""
+    scheme, collectors = config["scheme"], config["collectors"] or 0
+    params, dtype = config["params"], config["dtype"]
+    warmup, samples = plan(config, args)
+    nbytes, world, total = model_bytes(params, dtype), 1 + collectors, warmup + samples
+    if scheme in ("memcpy", "d2h"):
+        source = "cpu" if scheme == "memcpy" else args.publisher_device
+        return {"ms": memcpy(nbytes, warmup, samples, source)}
+    if scheme == "tcp":
+        results = run_ranks(tcp_rank, world, nbytes, total, timeout=600)
+    elif scheme == "gloo_per_param":
+        results = run_ranks(per_param_rank, world, params, dtype, total, timeout=600)
+    elif scheme == "shm_copy_ack":
+        results = run_ranks(copy_ack_rank, world, params, dtype, total, timeout=600)
+    else:
+        settings = {"bucket_mb": config["bucket_mb"], "verify": config["verify"]}
+        run = (scheme, params, dtype, warmup, samples, settings, args.publisher_device)
+        results = run_ranks(scheme_rank, world, *run, timeout=600)
+    return gather(results, warmup)
 
 
-def measure(
-    scheme: str, world: int, params: int, samples: int, publisher: str = "cpu"
-) -> list[float]:
-    """One launch of ``scheme`` (or a reference) with rank 0's model on ``publisher``: the
-    subscribers' latencies, ms."""
-    if scheme == "d2h":
-        return memcpy(params, samples * 5, publisher)[5:]
-    if scheme == "gloo_per_param":
-        return gather(run_ranks(per_param_rank, world, params, samples, timeout=600))
-    if scheme == "shm_copy_ack":
-        return gather(run_ranks(copy_ack_rank, world, params, samples, timeout=600))
-    return gather(run_ranks(scheme_rank, world, scheme, params, samples, publisher, timeout=600))
-
-
-def row(scheme: str, params: int, runs: list[list[float]]) -> dict:
-    """``median_ms``: the median over launches of each launch's median; ``p90_ms`` over every
-    sample."""
-    q = statistics.quantiles([ms for run in runs for ms in run], n=10)
-    medians = [statistics.median(run) for run in runs]
-    return {
-        "scheme": scheme,
-        "params": params,
+def row(config: dict, runs: list[dict]) -> dict:
+    """``median_ms``: the median over launches of each launch's median; ``p90_ms`` and
+    ``mean_ms`` over every sample; memory: the largest over launches."""
+    samples = [ms for run in runs for ms in run["ms"]]
+    medians = [statistics.median(run["ms"]) for run in runs]
+    nbytes = model_bytes(config["params"], config["dtype"])
+    out = {
+        **config,
+        "dtype": str(config["dtype"]).removeprefix("torch."),
+        "bytes": nbytes,
         "tensors": 100,
         "median_ms": statistics.median(medians),
-        "p90_ms": q[-1],
+        "p90_ms": statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else samples[0],
+        "mean_ms": statistics.fmean(samples),
+        "gb_s": nbytes / statistics.median(medians) / 1e6,
         "launch_medians_ms": medians,
     }
+    if "warmup_ms" in runs[0]:  # the first launch's, each version's median over collectors
+        out["warmup_ms"] = [statistics.median(v) for v in zip(*runs[0]["warmup_ms"])]
+    if "maxrss_mb" in runs[0]:
+        ranks = sorted(runs[0]["maxrss_mb"])
+        peaks = [max(run["maxrss_mb"][r] for run in runs) for r in ranks]
+        out |= {"trainer_maxrss_mb": peaks[0], "collector_maxrss_mb": peaks[1:]}
+    memories = [run["memory"] for run in runs if "memory" in run]
+    if memories and all(m["peak_reset"] for m in memories):
+        extras = [m["publish_peak_mb"] - m["model_mb"] for m in memories]
+        out |= {
+            "trainer_model_mb": memories[0]["model_mb"],
+            "trainer_garbage_mb": max(m["garbage_mb"] for m in memories),
+            "trainer_retained_mb": max(m["retained_mb"] for m in memories),
+            "trainer_publish_extra_mb": max(extras),
+            "trainer_publish_extra_launches_mb": extras,
+            "trainer_shmem_mb": max(m["shmem_mb"] for m in memories),
+            "collector_garbage_mb": max(
+                m["garbage_mb"] for run in runs for m in run["collector_memory"]
+            ),
+            "collector_steady_mb": max(
+                m["steady_mb"] - m["garbage_mb"] - m["retained_mb"]
+                for run in runs
+                for m in run["collector_memory"]
+            ),
+        }
+    return out
+
+
+def configs_of(params: int, args: argparse.Namespace) -> list[dict]:
+    """Every launch of one model size: each scheme with each collector count and each setting,
+    each reference with each collector count."""
+    dtype = torch.bfloat16 if params >= args.bf16_from else torch.float32
+    settings = [
+        {"bucket_mb": b, "verify": v} for b, v in itertools.product(args.bucket_mb, args.verify)
+    ]
+    configs = [{"scheme": "memcpy", "params": params, "dtype": dtype, "collectors": None}]
+    for collectors, scheme in itertools.product(args.collectors, args.schemes):
+        if scheme == "d2h" and collectors != args.collectors[0]:
+            continue  # one process: no collectors
+        base = {"scheme": scheme, "params": params, "dtype": dtype, "collectors": collectors}
+        configs += [base | s for s in settings] if scheme in SCHEMES else [base]
+    return configs
+
+
+def add_floors(rows: list[dict]) -> None:
+    """Each row's ratio to its floor (``FLOOR``) and, for shared memory, to ``shm_copy_ack``."""
+
+    def median(scheme: str, like: dict) -> float | None:
+        for r in rows:
+            same = scheme == "memcpy" or r["collectors"] == like["collectors"]
+            if r["scheme"] == scheme and r["params"] == like["params"] and same:
+                return r["median_ms"]
+        return None
+
+    for r in rows:
+        floor = FLOOR.get(r["scheme"])
+        if floor and (ms := median(floor, r)):
+            r |= {"floor": floor, "x_floor": r["median_ms"] / ms}
+        if r["scheme"] in ("shm", "hierarchical") and (ms := median("shm_copy_ack", r)):
+            r["x_shm_copy_ack"] = r["median_ms"] / ms
+
+
+def line(r: dict) -> str:
+    settings = f" bucket {r['bucket_mb']:g} MiB verify {r['verify']}" if "verify" in r else ""
+    text = (
+        f"{r['scheme']:>14} {r['params']:>13,} {r['dtype']:>8} "
+        f"{r.get('collectors') or '-'} coll{settings}: median {r['median_ms']:9.3f} ms "
+        f"p90 {r['p90_ms']:9.3f}  {r['gb_s']:6.2f} GB/s"
+    )
+    if "floor" in r:
+        text += f"  {r['x_floor']:5.2f}x {r['floor']}"
+    if "trainer_publish_extra_mb" in r:
+        text += (
+            f"  trainer +{r['trainer_publish_extra_mb']:.0f} MiB in publishes "
+            f"(shm {r['trainer_shmem_mb']:.0f}; before: garbage {r['trainer_garbage_mb']:.0f}, "
+            f"retained {r['trainer_retained_mb']:.0f})"
+        )
+    if "trainer_maxrss_mb" in r:
+        peaks = "/".join(f"{m:.0f}" for m in [r["trainer_maxrss_mb"], *r["collector_maxrss_mb"]])
+        text += f"  peak RSS {peaks} MiB"
+    return text
 
 
 def parse_args() -> argparse.Namespace:
@@ -248,14 +304,29 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
-    parser.add_argument("--samples", type=int, default=40)
-    parser.add_argument("--subscribers", type=int, default=2)
+    parser.add_argument(
+        "--samples", type=int, default=40, help="measured publishes a launch up to 1M parameters"
+    )
+    parser.add_argument(
+        "--large-samples", type=int, default=3, help=f"measured publishes from {LARGE:,} params"
+    )
+    parser.add_argument("--collectors", "--subscribers", type=int, nargs="+", default=[2])
     parser.add_argument(
         "--schemes",
         nargs="+",
         default=[*REFERENCES, *SCHEMES],
-        help="shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; "
+        help="tcp, shm_copy_ack, gloo_per_param, gloo, shm, hierarchical; "
         "d2h: the plain device-to-host copy (with a GPU publisher)",
+    )
+    parser.add_argument(
+        "--bucket-mb", type=float, nargs="+", default=[SyncConfig.bucket_mb], help="sync.bucket_mb"
+    )
+    parser.add_argument("--verify", nargs="+", default=[SyncConfig.verify], help="sync.verify")
+    parser.add_argument(
+        "--bf16-from",
+        type=int,
+        default=LARGE,
+        help="models of at least this many parameters hold bfloat16 parameters",
     )
     parser.add_argument(
         "--publisher-device",
@@ -266,75 +337,43 @@ def parse_args() -> argparse.Namespace:
         "--repeats",
         type=int,
         default=1,
-        help="launches of every scheme, interleaved (the median of their medians)",
+        help="launches of every configuration, interleaved (the median of their medians)",
     )
     return parser.parse_args()
 
 
 def size_rows(params: int, args: argparse.Namespace) -> list[dict]:
-    """The rows of one model size: memcpy's, then every scheme's, each printed."""
-    samples = args.samples if params <= 1_000_000 else max(args.samples // 3, 8)
-    rows = [row("memcpy", params, [memcpy(params, samples * 5)[5:]])]
-    runs: dict[str, list[list[float]]] = {scheme: [] for scheme in args.schemes}
+    """The rows of one model size: memcpy's, then every configuration's, each printed."""
+    configs = configs_of(params, args)
+    dtype = configs[0]["dtype"]
+    nbytes = model_bytes(params, dtype)
+    print(f"{params:,} parameters as {dtype}: {nbytes / 1e9:.3f} GB a copy", flush=True)
+    runs: list[list[dict]] = [[] for _ in configs]
     # interleaved: neighbours in time see the same load on a shared machine
     for _ in range(args.repeats):
-        for scheme in args.schemes:
-            runs[scheme].append(
-                measure(scheme, 1 + args.subscribers, params, samples, args.publisher_device)
-            )
-    rows += [
-        {**row(scheme, params, runs[scheme]), "publisher": args.publisher_device}
-        for scheme in args.schemes
+        for config, done in zip(configs, runs):
+            ok, text = fits(config["scheme"], config["collectors"] or 0, nbytes)
+            if not ok:
+                print(f"{config['scheme']:>14} {config['collectors']} coll: skipped, {text}")
+                continue
+            done.append(measure(config, args))
+    rows = [
+        row(config, done) | {"publisher": args.publisher_device}
+        for config, done in zip(configs, runs)
+        if done
     ]
+    add_floors(rows)
     for r in rows:
-        print(
-            f"{r['scheme']:>15} {r['params']:>10,} params  median {r['median_ms']:9.3f} ms  "
-            f"p90 {r['p90_ms']:9.3f} ms",
-            flush=True,
-        )
+        print(line(r), flush=True)
     return rows
-
-
-def print_ratios(rows: list[dict], args: argparse.Namespace) -> None:
-    """Each scheme's median against the references' (d2h, shm_copy_ack, memcpy) run with it."""
-
-    def median(scheme, params):
-        return next(r["median_ms"] for r in rows if r["scheme"] == scheme and r["params"] == params)
-
-    if "d2h" in args.schemes:
-        for params in args.sizes:
-            print(
-                f"  {params:>10,}: "
-                + "   ".join(
-                    f"{s}/d2h {median(s, params) / median('d2h', params):5.2f}x"
-                    for s in args.schemes
-                    if s != "d2h"
-                )
-            )
-    print("\nratios of medians: each scheme / shm_copy_ack (the cross-process floor), and / memcpy")
-    for params in args.sizes if "shm_copy_ack" in args.schemes else []:
-        print(
-            f"  {params:>10,}: "
-            + "   ".join(
-                f"{scheme} {median(scheme, params) / median('shm_copy_ack', params):.2f}x "
-                f"({median(scheme, params) / median('memcpy', params):.1f}x)"
-                for scheme in args.schemes
-                if scheme != "shm_copy_ack"
-            )
-        )
-    for params in args.sizes if {"gloo_per_param", "gloo"} <= set(args.schemes) else []:
-        print(
-            f"  {params:>10,}: gloo_per_param/gloo "
-            f"{median('gloo_per_param', params) / median('gloo', params):.1f}x"
-        )
 
 
 def main() -> None:
     args = parse_args()
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}: {vars(args)}", flush=True)
     rows = []
     for params in args.sizes:
         rows += size_rows(params, args)
-    print_ratios(rows, args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
