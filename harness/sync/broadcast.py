@@ -23,6 +23,7 @@ names the receivers that had not applied the previous one.
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 from typing import cast
 
@@ -89,7 +90,8 @@ class BroadcastSink(_BroadcastEnd):
             assert self.payload is not None
             self._stream = _Stream.of(weights, self.payload, self.bucket_bytes)
             if self._stream is not None:
-                self.payload = None  # the full staging copy is no longer needed
+                self.payload = None  # the full staging copy is no longer needed: free it now,
+                gc.collect()  # not when Python's collector reaches its reference cycles
         if self._stream is not None and self._stream.source is weights:
             self._stream.header(header)
             for k, (start, stop) in enumerate(self.pieces):

@@ -8,6 +8,7 @@ Sinks and sources are :class:`~harness.sync.contract.Sink` and
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -90,6 +91,10 @@ class Publisher(WeightPublisher):
         for sink in self.sinks:
             sink.open(make_payload)
         self.after_open()
+        # The schema's template is a full copy of the weights, and TensorDict's packed payloads
+        # sit in reference cycles: without a collection it stays until Python's collector runs.
+        del template
+        gc.collect()
 
     def publish(self, header: Header) -> None:
         if verified(self.verify, header.version):
