@@ -1,6 +1,8 @@
 """``ppo_atari`` side by side with CleanRL's ``ppo_atari_envpool.py``, run unmodified: same game,
 same frames (agent steps, as CleanRL counts them), seeds interleaved (harness, CleanRL, harness,
-...) so that a noisy machine hits both alike.
+...) so that a noisy machine hits both alike. The two sides play by different env rules: the
+harness's ale-py env by SB3's wrappers' (as CleanRL's ``ppo_atari.py``), CleanRL's by envpool's
+(docs/pixels.md), so it compares two envs as well as two trainers.
 
 CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old
 ``gym``):
