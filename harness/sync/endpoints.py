@@ -170,6 +170,7 @@ class Subscriber(WeightSubscriber):
         self.before_source()
         self.source.open(make_payload)
         self.live.bind(models)
+        gc.collect()  # the schema check's full-size payload, in reference cycles (see Publisher)
 
     def _applied(self, header: Header) -> Header:
         assert header.version >= self.version, "versions went backwards"
