@@ -39,12 +39,24 @@ def _words(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def digest(tensors: Iterable[torch.Tensor]) -> int:
-    """The digest of ``tensors``' bytes, in order (see the module docstring)."""
+    """The digest of ``tensors``' bytes, in order (see the module docstring). Tensors smaller than
+    a chunk, a chunk each, are summed together in two scatter-adds: a model of many small
+    tensors costs a few operations, not a few per tensor."""
     total: torch.Tensor | None = None
     chunks = 0  # chunks digested so far, for the next chunk's position weight
+    # tensors within one chunk: their words, tail bytes and positions
+    words_of: list[torch.Tensor] = []
+    tails_of: list[torch.Tensor] = []
+    positions: list[int] = []
     for t in tensors:
         words, tail = _words(t)
         full = words.numel() // CHUNK_WORDS
+        if full == 0:
+            words_of.append(words)
+            tails_of.append(tail)
+            positions.append(chunks)
+            chunks += 1
+            continue
         sums = torch.cat(
             [
                 words[: full * CHUNK_WORDS].view(full, CHUNK_WORDS).sum(dim=1),
@@ -55,4 +67,22 @@ def digest(tensors: Iterable[torch.Tensor]) -> int:
         part = (sums * weights).sum()
         total = part if total is None else total + part
         chunks += full + 1
+    if positions:
+        part = _small_part(words_of, tails_of, positions)
+        total = part if total is None else total + part
     return 0 if total is None else int(total)
+
+
+def _small_part(
+    words_of: list[torch.Tensor], tails_of: list[torch.Tensor], positions: list[int]
+) -> torch.Tensor:
+    """The weighted sum of tensors that fit a chunk each: every one's words and tail bytes added
+    into its own slot, then weighted by its position."""
+    device = words_of[0].device
+    sums = torch.zeros(len(positions), dtype=torch.int64, device=device)
+    slots = torch.arange(len(positions), device=device)
+    for pieces in (words_of, tails_of):
+        counts = torch.tensor([p.numel() for p in pieces], device=device)
+        sums.index_add_(0, slots.repeat_interleave(counts), torch.cat(pieces))
+    weights = torch.tensor(positions, device=device) * 2 + 1
+    return (sums * weights).sum()

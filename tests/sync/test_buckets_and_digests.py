@@ -123,6 +123,23 @@ def test_the_digest_changes_with_any_single_byte_and_with_chunks_swapped():
 
 
 @pytest.mark.unit
+def test_tensors_within_a_chunk_digest_as_the_definition_written_out():
+    """Each is one chunk: its 64-bit words (signed, little-endian) and tail bytes summed, weighted
+    by 2 x its position + 1, all wrapping at 64 bits."""
+    gen = torch.Generator().manual_seed(1)
+    tensors = [torch.randn(n, generator=gen) for n in (1, 2, 3, 5, 8, 13, 1000)]
+    expected = 0
+    for position, t in enumerate(tensors):
+        raw = t.numpy().tobytes()
+        whole = len(raw) // 8 * 8
+        words = sum(
+            int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, whole, 8)
+        )
+        expected += (2 * position + 1) * (words + sum(raw[whole:]))
+    assert digest(tensors) == (expected + 2**63) % 2**64 - 2**63
+
+
+@pytest.mark.unit
 def test_sample_verifies_every_eighth_version_and_off_none():
     assert [v for v in range(20) if verified("sample", v)] == [0, 8, 16]
     assert all(verified("every", v) for v in range(5))
