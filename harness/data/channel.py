@@ -108,10 +108,14 @@ class BatchSender:
                 f"log{wait.advice('it is only stalled')}. Cause: {e}"
             ) from e
 
-    def send_last(self, batch: TensorDict) -> None:
-        """The final message: no frames, ``stats.last`` set."""
-        batch["stats"].zero_()
-        batch["stats", "last"].fill_(1)
+    def send_last(self, batch: TensorDict, restarts: float = 0.0, frames_lost: float = 0.0) -> None:
+        """The final message: no frames, ``stats.last`` set, and the worker replacements (with the
+        frames they lost) that no batch reported yet."""
+        stats = batch["stats"]
+        stats.zero_()
+        stats["last"].fill_(1)
+        stats["collector_restarts"].fill_(restarts)
+        stats["frames_lost"].fill_(frames_lost)
         self._send(batch)
 
 
@@ -199,10 +203,13 @@ class BatchReceiver:
             raise self._error(late, e, wait) from e
         return self._seen(work._source_rank(), self.any_buffer)
 
-    def drain(self) -> int:
+    def drain(self, seen: Callable[[TensorDict], object] = lambda batch: None) -> int:
         """Take every batch still in flight until each collector's final
-        message arrived; returns how many batches were discarded."""
+        message arrived, handing each (final messages too) to ``seen``; returns
+        how many batches were discarded."""
         discarded = 0
         while len(self.finished) < len(self.collectors):
-            discarded += not float(self.receive_any()["stats", "last"])
+            batch = self.receive_any()
+            seen(batch)
+            discarded += not float(batch["stats", "last"])
         return discarded

@@ -53,9 +53,7 @@ class RolloutStats:
         self.length_sum += float(stats["length_sum"])
         self.eval_episodes += float(stats["eval_episodes"])
         self.eval_return_sum += float(stats["eval_return_sum"])
-        self.env_restarts += float(stats["env_restarts"])
-        self.collector_restarts += float(stats["collector_restarts"])
-        self.frames_lost += float(stats["frames_lost"])
+        self.add_faults(batch)
         self.collect_s += float(stats["collect_s"])
         self.collector_wait_s += float(stats["wait_s"])
         if dropped:
@@ -68,6 +66,15 @@ class RolloutStats:
         self.lag_sum += float(lag.sum())
         self.lag_min = min(self.lag_min, float(lag.min()))
         self.lag_max = max(self.lag_max, float(lag.max()))
+
+    def add_faults(self, batch: TensorDict) -> None:
+        """After the stop: a batch the trainer discards, or a collector's goodbye, counts only the
+        faults it reports (envs and workers replaced, frames lost), so that every replacement of
+        a run reaches its last row, also one whose batch came too late to be learned from."""
+        stats = batch["stats"]
+        self.env_restarts += float(stats["env_restarts"])
+        self.collector_restarts += float(stats["collector_restarts"])
+        self.frames_lost += float(stats["frames_lost"])
 
     def reduced(self, group: Optional[dist.ProcessGroup]) -> RolloutStats:
         """These statistics summed over the trainers of ``group`` (a collective;

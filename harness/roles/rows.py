@@ -4,9 +4,11 @@ trainer 0's log that writes it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional, cast
+from typing import NamedTuple, Optional, cast
 
+import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
@@ -30,12 +32,17 @@ class RowClock:
         return step >= self.next
 
     def rates(
-        self, step: int, frames: int, updates: int, waited_s: float = 0.0
+        self,
+        step: int,
+        frames: int,
+        updates: int,
+        waited_s: float = 0.0,
+        now: Optional[float] = None,
     ) -> dict[str, float]:
-        """The rates since the previous row (:data:`FRAME_RATES`, then updates), with the share of
-        that time a trainer spent waiting for batches (``waited_s``); the next row is due ``every``
-        steps on."""
-        now = time.monotonic()
+        """The rates from the previous row to ``now`` (``time.monotonic()``; the present if not
+        given) (:data:`FRAME_RATES`, then updates), with the share of that time a trainer spent
+        waiting for batches (``waited_s``); the next row is due ``every`` steps on."""
+        now = time.monotonic() if now is None else now
         started, frames_then, updates_then = self.since
         elapsed = now - started
         row = {
@@ -47,6 +54,15 @@ class RowClock:
         return row
 
 
+class LastUpdate(NamedTuple):
+    """The last update's figures, kept for the last row, which :meth:`Trainer.end` makes once the
+    collectors said goodbye (the faults they report with it belong in it)."""
+
+    metrics: Mapping[str, torch.Tensor | float]
+    sync_ms: float
+    at: float  # when it ended (time.monotonic()): the row's rates end here
+
+
 class RowBook:
     """What a trainer's next row gathers (the rollouts' statistics and the evaluations since the
     last row), when it is due (``clock``), and trainer 0's ``logger`` (None on other trainers),
@@ -55,7 +71,7 @@ class RowBook:
     def __init__(self, logger: Optional[MetricsLogger], clock: RowClock):
         self.logger, self.clock = logger, clock
         self.stats, self.evals = RolloutStats(), EvalStats()
-        self.final: dict[str, float] | None = None  # the last update's row, written at the end
+        self.final: LastUpdate | None = None  # what the last row is made of, at the run's end
         self.last: dict[str, float] = {}  # the newest row written
 
     def take(self, ddp_group: Optional[dist.ProcessGroup]) -> tuple[RolloutStats, EvalStats]:

@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +42,8 @@ from harness.sync.local import local_pair
 from harness.sync.store import StoreSink
 
 log = logging.getLogger("harness")
+# What a trainer does with each message a drain takes (it counts the faults reported).
+Seen = Callable[[TensorDict], object]
 
 
 class BatchSource(Protocol):
@@ -52,9 +55,10 @@ class BatchSource(Protocol):
     def receive_any(self) -> TensorDict:
         """The next batch from whichever collector sends first (async streaming)."""
 
-    def drain(self) -> int:
+    def drain(self, seen: Seen) -> int:
         """After the stop: take what is still in flight until every collector
-        said goodbye; returns how many batches were discarded."""
+        said goodbye, handing each message to ``seen``; returns how many batches
+        were discarded."""
 
 
 class EvaluationSource(Protocol):
@@ -92,7 +96,7 @@ class InlineCollector:
             self.evaluation.maybe_run(batch, self.subscriber.current_header())
         return batch
 
-    def drain(self) -> int:
+    def drain(self, seen: Seen) -> int:
         self.collector.envs.close()
         if self.evaluation is not None:
             self.evaluation.close()
@@ -200,8 +204,8 @@ class JoinedBatches:
         batch = self.desk.poll()
         return self.receiver.receive_any() if batch is None else batch
 
-    def drain(self) -> int:
-        discarded = self.receiver.drain()
+    def drain(self, seen: Seen) -> int:
+        discarded = self.receiver.drain(seen)
         self.desk.close()
         return discarded
 
@@ -240,10 +244,13 @@ class Connected:
     batches: Optional[BatchSource] = None
     evaluations: Optional[EvaluationSource] = None
 
-    def drain(self) -> None:
-        source = self.batches if self.batches is not None else self.evaluations
-        assert source is not None
-        source.drain()
+    def drain(self, seen: Seen) -> None:
+        """After the stop: each collector's goodbye, and what came before it (to ``seen``)."""
+        if self.batches is not None:
+            self.batches.drain(seen)
+        else:
+            assert self.evaluations is not None
+            self.evaluations.drain()
 
 
 def connect_batches(

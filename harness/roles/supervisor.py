@@ -285,10 +285,19 @@ class Supervisor:
         self._tell("sent")
 
     def close(self, timeout_s: float) -> None:
-        """The worker's end: after the stop it exits by itself (its last message first); else it is
-        killed."""
-        w = self.worker
-        w.process.join(timeout_s)
+        """The worker's end. After the stop it exits by itself, its last message first: a batch it
+        hands over before that (it was collecting when its rank saw the stop) is answered, unsent,
+        so that it reads the stop next. One that is not gone within ``timeout_s`` (0 when the rank
+        failed) is killed."""
+        w, deadline = self.worker, time.monotonic() + timeout_s
+        while w.process.is_alive() and (left := deadline - time.monotonic()) > 0:
+            if w.conn in wait([w.conn, w.process.sentinel], timeout=left):
+                try:
+                    if w.conn.recv() == "batch":
+                        self._tell("sent")  # the trainer needs no more batches
+                except (EOFError, OSError):
+                    break  # it closed its end: it is exiting
+        w.process.join(max(deadline - time.monotonic(), 0.0))
         if w.process.is_alive():
             w.process.kill()
             w.process.join(5)
@@ -325,7 +334,7 @@ def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> Non
             sender.send(batch, while_waiting=pacing.while_waiting)
             supervisor.release()
             header = pacing.next(header)
-        sender.send_last(supervisor.batch)
+        sender.send_last(supervisor.batch, *supervisor.unreported)
         stopped = True
     finally:
         supervisor.close(cfg.sync.timeout_s if stopped else 0.0)

@@ -37,7 +37,7 @@ from harness.distributed.trainers import any_of, meet
 from harness.roles import report
 from harness.roles.kinds import RunKind, kind_for
 from harness.roles.publication import Publication
-from harness.roles.rows import RowBook, RowClock, open_log
+from harness.roles.rows import LastUpdate, RowBook, RowClock, open_log
 from harness.rundir.state import Progress, TrainerState
 from harness.sync import Header
 
@@ -255,25 +255,27 @@ class Trainer:
                 self.step,
                 resume,
             )
-        if self.book.clock.due(self.step) or self.stopping:
-            row = self.make_row(metrics, sync_ms)
-            if self.stopping:
-                self.book.final = row
-            else:
-                self.write_row(row)
+        if self.stopping:
+            self.book.final = LastUpdate(metrics, sync_ms, time.monotonic())  # its row: end()
+        elif self.book.clock.due(self.step):
+            self.write_row(self.make_row(metrics, sync_ms))
 
     def make_row(
-        self, metrics: Mapping[str, torch.Tensor | float], sync_ms: float
+        self,
+        metrics: Mapping[str, torch.Tensor | float],
+        sync_ms: float,
+        at: Optional[float] = None,
     ) -> dict[str, float]:
         """This update's row, once every trainer is here: the kind's figures from the statistics
         (summed over the trainers: a collective) and evaluations since the last row, the update's
-        metrics, the publish's size and time."""
+        metrics, the publish's size and time. ``at``: when the update ended, where the rates end
+        (the present if not given)."""
         self.meet(f"to log at {self.kind.unit} {self.step}")
         stats, evals = self.book.take(self.ddp_group)
         waited_s = stats.trainer_wait_s / self.layout.trainers  # a trainer's mean
         frames, updates = self.progress.frames, self.progress.updates
         row = self.kind.row(
-            stats, evals, self.book.clock.rates(self.step, frames, updates, waited_s)
+            stats, evals, self.book.clock.rates(self.step, frames, updates, waited_s, at)
         )
         row.update(self.publication.row())
         row.update({k: v.item() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()})
@@ -311,17 +313,26 @@ class Trainer:
         return self.book.last
 
     def end(self) -> None:
-        """Save the final weights, add the kind's ending to the last row (an online run's scores
-        what it hands over), stop every collector, write the last row."""
+        """Save the final weights, stop every collector and take its goodbye, then write the last
+        row: the last update's, with the faults reported since (a worker replaced late in the run
+        is counted although its batch came too late to learn from) and the kind's ending (an
+        online run's scores what it hands over)."""
         if self.done and self.checkpoints.saved_at != self.step:
             self.save_checkpoint()  # the final weights, for evaluation or as a behaviour policy
-        final = self.book.final
-        if final is not None and self.done and self.book.logger is not None:
-            final.update(self.kind.ending(self.algo, self.header()))
         self.publish(stop=True)
-        if final is not None:
-            self.write_row(final)
-        self.connected.drain()  # batches still in flight, then each collector's goodbye
+        try:
+            self.connected.drain(self.book.stats.add_faults)  # batches in flight, the goodbyes
+        finally:  # a collector that never said goodbye costs no row
+            self.write_last_row()
+
+    def write_last_row(self) -> None:
+        last = self.book.final
+        if last is None:  # no update this launch (a resumed run whose budget was already spent)
+            return
+        row = self.make_row(last.metrics, last.sync_ms, last.at)
+        if self.done and self.book.logger is not None:
+            row.update(self.kind.ending(self.algo, self.header()))
+        self.write_row(row)
 
 
 def run_trainer(
