@@ -37,12 +37,12 @@ def job_store(groups: Groups) -> dist.Store:
 
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     sink = StoreSink(job_store(groups))
-    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype)
+    return Publisher(endpoint, cfg, [sink], groups.sync)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     source = StoreSource(job_store(groups), cfg.poll_interval_s)
-    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, wire_dtype=cfg.torch_wire_dtype)
+    return Subscriber(endpoint, cfg, source, groups.sync)
 
 
 SCHEMES["toy_store"] = cast(Scheme, sys.modules[__name__])  # this module is the scheme

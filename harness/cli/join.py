@@ -111,9 +111,7 @@ def join(host: str, port: int) -> None:
     source = StoreSource(store, poll_interval_s=0.005)
     endpoint = Endpoint(JOINED_RANKS + number, "joined collector", cfg.sync.name)
     header_only = store.get(HEADER_ONLY) == b"1"
-    subscriber = Leaving(
-        Subscriber(endpoint, cfg.sync.timeout_s, source, None, header_only=header_only)
-    )
+    subscriber = Leaving(Subscriber(endpoint, cfg.sync, source, None, header_only=header_only))
     subscriber.connect(models, values)
     log.info("joined the job at %s:%d as collector %d", host, port, number)
     try:

@@ -26,6 +26,7 @@ from harness.sync.contract import (
     Sink,
     Source,
     SyncError,
+    SyncSettings,
     WeightPublisher,
     WeightSubscriber,
 )
@@ -34,26 +35,26 @@ from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_
 
 
 class Publisher(WeightPublisher):
-    """Trainer 0's end: every publish goes to each of ``sinks``."""
+    """Trainer 0's end: every publish goes to each of ``sinks``. ``settings`` (the ``sync`` section)
+    are taken whole, so that every scheme, a plugin's included, keeps the wire dtype, the timeout
+    and the digests of ``sync.verify`` without passing each on."""
 
     def __init__(
         self,
         endpoint: Endpoint,
-        timeout_s: float,
+        settings: SyncSettings,
         sinks: Sequence[Sink],
         handshake_group: dist.ProcessGroup,
-        wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
         after_open: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
-        verify: str = "off",
     ):
-        super().__init__(endpoint, timeout_s)
-        self.verify = verify  # sync.verify: the versions it digests for collectors to check
+        super().__init__(endpoint, settings.timeout_s)
+        self.verify = settings.verify  # the versions it digests for collectors to check
         self.sinks, self.group, self.wire_dtype, self.device = (
             sinks,
             handshake_group,
-            wire_dtype,
+            settings.torch_wire_dtype,
             device,
         )
         self.after_open = after_open  # e.g. tell readers the names of the segments the sinks made
@@ -121,22 +122,24 @@ class Subscriber(WeightSubscriber):
     def __init__(
         self,
         endpoint: Endpoint,
-        timeout_s: float,
+        settings: SyncSettings,
         source: Source,
         handshake_group: dist.ProcessGroup | None,
         publisher_rank: int = 0,
         forward: Sink | None = None,
-        wire_dtype: torch.dtype | None = None,
         device: str = "cpu",
         before_source: Callable[[], object] = lambda: None,  # what it returns is ignored
         header_only: bool = False,
-        verify: str = "off",
+        verify: str | None = None,
     ):
-        super().__init__(endpoint, timeout_s)
-        self.verify = verify  # sync.verify: the versions it checks against their digests
+        super().__init__(endpoint, settings.timeout_s)
+        # The versions it checks against their digests: sync.verify's, unless told (a supervised
+        # collector's worker reads what its rank checked).
+        self.verify = settings.verify if verify is None else verify
         self.source, self.group = source, handshake_group
         self.forwards: list[Sink] = [] if forward is None else [forward]
-        self.publisher_rank, self.wire_dtype, self.device = publisher_rank, wire_dtype, device
+        self.publisher_rank, self.device = publisher_rank, device
+        self.wire_dtype = settings.torch_wire_dtype
         self.before_source = before_source  # e.g. learn the name of the segment to read
         self.header_only = header_only
 

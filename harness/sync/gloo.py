@@ -16,18 +16,9 @@ make_groups = no_groups
 
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store, cfg.bucket_bytes)
-    return Publisher(
-        endpoint, cfg.timeout_s, [sink], groups.sync, cfg.torch_wire_dtype, verify=cfg.verify
-    )
+    return Publisher(endpoint, cfg, [sink], groups.sync)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     source = BroadcastSource(endpoint, groups.sync, 0, groups.store, cfg.bucket_bytes)
-    return Subscriber(
-        endpoint,
-        cfg.timeout_s,
-        source,
-        groups.sync,
-        wire_dtype=cfg.torch_wire_dtype,
-        verify=cfg.verify,
-    )
+    return Subscriber(endpoint, cfg, source, groups.sync)

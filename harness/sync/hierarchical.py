@@ -50,11 +50,9 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
         )
     return Publisher(
         endpoint,
-        cfg.timeout_s,
+        cfg,
         sinks,
         groups.sync,
-        cfg.torch_wire_dtype,
-        verify=cfg.verify,
         after_open=lambda: exchange_segment_names(groups, node, local),
     )
 
@@ -62,28 +60,23 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     collectors = _collectors(groups)
     node = groups.nodes[endpoint.rank]
-    wire = cfg.torch_wire_dtype
     if endpoint.rank in groups.node_leaders(collectors):
         followers = sum(groups.nodes[c] == node and c != endpoint.rank for c in collectors)
         forward = ShmSink(node, followers) if followers else None
         return Subscriber(
             endpoint,
-            cfg.timeout_s,
+            cfg,
             BroadcastSource(endpoint, _leaders(groups), 0, groups.store, cfg.bucket_bytes),
             groups.sync,
             forward=forward,
-            wire_dtype=wire,
-            verify=cfg.verify,
             before_source=lambda: exchange_segment_names(groups, node, forward),
         )
     source = ShmSource(cfg.poll_interval_s)
     subscriber = Subscriber(
         endpoint,
-        cfg.timeout_s,
+        cfg,
         source,
         groups.sync,
-        wire_dtype=wire,
-        verify=cfg.verify,
         before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
     )
     # it reads what its node's leader forwards: that is the rank to look at

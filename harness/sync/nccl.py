@@ -84,26 +84,10 @@ def _device(endpoint: Endpoint, groups: Groups) -> tuple[str, dist.ProcessGroup]
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     device, group = _device(endpoint, groups)
     sink = BroadcastSink(endpoint, group, cfg.timeout_s, groups.store, cfg.bucket_bytes)
-    return Publisher(
-        endpoint,
-        cfg.timeout_s,
-        [sink],
-        groups.sync,
-        cfg.torch_wire_dtype,
-        device,
-        verify=cfg.verify,
-    )
+    return Publisher(endpoint, cfg, [sink], groups.sync, device)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     device, group = _device(endpoint, groups)
     source = BroadcastSource(endpoint, group, 0, groups.store, cfg.bucket_bytes)
-    return Subscriber(
-        endpoint,
-        cfg.timeout_s,
-        source,
-        groups.sync,
-        wire_dtype=cfg.torch_wire_dtype,
-        device=device,
-        verify=cfg.verify,
-    )
+    return Subscriber(endpoint, cfg, source, groups.sync, device=device)

@@ -17,9 +17,9 @@ make_groups = no_groups
 
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store)
-    return Publisher(endpoint, cfg.timeout_s, [sink], groups.sync, header_only=True)
+    return Publisher(endpoint, cfg, [sink], groups.sync, header_only=True)
 
 
 def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Subscriber:
     source = BroadcastSource(endpoint, groups.sync, 0, groups.store)
-    return Subscriber(endpoint, cfg.timeout_s, source, groups.sync, header_only=True)
+    return Subscriber(endpoint, cfg, source, groups.sync, header_only=True)

@@ -43,11 +43,9 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
     sink = ShmSink(groups.nodes[0], readers=dist.get_world_size(groups.sync) - 1)
     return Publisher(
         endpoint,
-        cfg.timeout_s,
+        cfg,
         [sink],
         groups.sync,
-        cfg.torch_wire_dtype,
-        verify=cfg.verify,
         after_open=lambda: exchange_segment_names(groups, groups.nodes[0], sink),
     )
 
@@ -58,10 +56,8 @@ def make_subscriber(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Su
     node = groups.nodes[endpoint.rank]
     return Subscriber(
         endpoint,
-        cfg.timeout_s,
+        cfg,
         source,
         groups.sync,
-        wire_dtype=cfg.torch_wire_dtype,
-        verify=cfg.verify,
         before_source=lambda: source.attach(exchange_segment_names(groups, node, None)[node]),
     )

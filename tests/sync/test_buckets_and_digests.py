@@ -39,7 +39,10 @@ def flip_a_byte(buffer: torch.Tensor) -> None:
 
 def corrupting_publisher(rank, world, scheme, streamed):
     """Trainer 0 flips one byte of what it sends after the digest is taken: in the bucket it
-    streams, or in the payload it stages (a shared-memory slot for shm)."""
+    streams, or in the payload it stages (a shared-memory slot for shm, the store's value for the
+    plugin ``toy_store``)."""
+    if scheme == "toy_store":
+        import toy_scheme  # noqa: F401  (a plugin, as HARNESS_PLUGINS imports it: adds the scheme)
     sync = {"verify": "every"} | (BUCKETS if streamed else {})
     if rank == 0:
         if streamed:
@@ -83,8 +86,9 @@ def corrupting_publisher(rank, world, scheme, streamed):
         ("gloo", ONE_NODE, True),
         ("shm", ONE_NODE, False),
         ("hierarchical", TWO_NODES, True),
+        ("toy_store", ONE_NODE, False),  # a plugin's scheme checks digests without asking
     ],
-    ids=["gloo-staged", "gloo-streamed", "shm", "hier-2node-streamed"],
+    ids=["gloo-staged", "gloo-streamed", "shm", "hier-2node-streamed", "plugin"],
 )
 def test_a_byte_corrupted_on_the_way_is_caught_and_named(scheme, nodes, streamed):
     results = run_ranks(corrupting_publisher, len(nodes), scheme, streamed, nodes=nodes)
