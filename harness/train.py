@@ -111,6 +111,8 @@ def open_run_dir(
             dist.barrier()
         if layout.rank == 0:
             check_writable(run_dir)
+            assert lock is not None  # claim() took it on trainer 0
+            lock.announce()  # accepted: from here on this launch writes
             run_directory.prepare(cfg, raw, run_dir, layout)
     except BaseException:
         if lock is not None:  # a sweep's next job in this process may want it

@@ -17,7 +17,6 @@ from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 
 from harness.config import Config, load, register_configs
-from harness.rundir.lock import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -106,14 +105,13 @@ def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
     raise AssertionError(f"no worker with RANK={rank} among {children}")
 
 
-def snapshot(run_dir: Path, lock: bool = False) -> dict[str, str]:
-    """Every file under ``run_dir`` with the hash of its bytes. ``lock``: with
-    the run directory's lock file, which is the harness's, not the run's: every
-    launch that takes the lock writes its host and pid there, a refused one too."""
+def snapshot(run_dir: Path) -> dict[str, str]:
+    """Every file under ``run_dir`` with the hash of its bytes, the lock file's included: a
+    refused launch changes none of them."""
     return {
         str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(Path(run_dir).rglob("*"))
-        if p.is_file() and (lock or p.relative_to(run_dir) != Path(LOCK_NAME))
+        if p.is_file()
     }
 
 

@@ -3,8 +3,11 @@
 Trainer 0 takes the lock before it writes anything in the run directory and
 holds it until the process ends. A second launch on the same directory finds
 it held and is refused, naming the holder's host and pid, which the holder
-writes into the file once it has the lock; the refused launch only opens the
-file and reads it, so it changes no byte. The kernel releases a flock when the
+writes into the file once its launch is accepted (:meth:`RunLock.announce`:
+after the run directory's checks, so that a launch refused by them, a resume
+with other settings say, changes no byte of it either); a refused launch only
+opens the file and reads it. Until the holder announces itself, the file may
+still name the launch before it. The kernel releases a flock when the
 last descriptor of it closes, which includes the owner's death by any signal:
 a crash never leaves a run directory locked, and a restarted attempt (torchrun
 ``--max-restarts``, a SLURM requeue) takes it again.
@@ -37,6 +40,12 @@ class RunLock:
 
     def __init__(self, fd: int, path: Path):
         self.fd, self.path = fd, path
+
+    def announce(self) -> None:
+        """Write this process's host and pid into the lock file, for a launch refused meanwhile
+        to name (once this launch is accepted: a refused one leaves the file as it was)."""
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, holder_line().encode(), 0)
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -84,6 +93,4 @@ def take(run_dir: Path) -> RunLock:
             "one run directory would mix their metrics and checkpoints: wait for that one to end "
             "or stop it, or use another run_dir="
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, holder_line().encode(), 0)
     return RunLock(fd, path)

@@ -51,9 +51,9 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
     ):  # the first launch holds the lock, frozen, so that no byte moves while the second one tries
         os.kill(pid, signal.SIGSTOP)
     try:
-        before = snapshot(run, lock=True)
+        before = snapshot(run)
         second = run_harness([*RUNNING, "run_dir=run"], workdir, nproc=3, timeout=120)
-        after = snapshot(run, lock=True)
+        after = snapshot(run)
     finally:
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
@@ -70,7 +70,7 @@ def test_a_second_launch_on_a_running_run_is_refused_naming_it_and_changes_no_by
 
 HOLD = (
     "import signal, sys; from pathlib import Path; from harness.rundir.lock import take; "
-    "take(Path(sys.argv[1])); signal.pause()"
+    "take(Path(sys.argv[1])).announce(); signal.pause()"
 )
 
 
@@ -92,6 +92,7 @@ def test_the_lock_of_a_killed_owner_is_free_at_once(tmp_path):
         owner.kill()  # SIGKILL: no Python runs, only the kernel lets go
         owner.wait(timeout=60)
     lock = take(tmp_path)
+    lock.announce()
     assert f"pid {os.getpid()} " in (tmp_path / LOCK_NAME).read_text()
     lock.release()
 
@@ -121,7 +122,7 @@ def test_a_folder_that_is_not_a_run_is_refused_naming_what_it_holds_and_nothing_
     workdir, start_over
 ):
     folder = a_folder_of_files(workdir / "mine")
-    paths, before = every_path(folder), snapshot(folder, lock=True)
+    paths, before = every_path(folder), snapshot(folder)
     out = run_harness(
         [*TINY, "run_dir=mine", f"checkpoint.start_over={start_over}"],
         workdir,
@@ -134,5 +135,5 @@ def test_a_folder_that_is_not_a_run_is_refused_naming_what_it_holds_and_nothing_
         in out.stderr
     ), out.stderr[-3000:]
     assert (
-        every_path(folder) == paths and snapshot(folder, lock=True) == before
+        every_path(folder) == paths and snapshot(folder) == before
     )  # no lock file, nothing moved aside
