@@ -75,12 +75,18 @@ class Policy(nn.Module, abc.ABC):
     ) -> TensorDict: ...
 
     def act(
-        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+        self,
+        obs: torch.Tensor,
+        values: Mapping[str, float] = {},
+        deterministic: bool = False,
+        **state: torch.Tensor,
     ) -> TensorDict:
         """``forward`` for CPU observations, wherever the weights are: with
         ``sync=nccl`` a collector's policy views a buffer on its GPU, so the
-        observations go there once per step and the outputs come back once."""
-        return self.actor()(obs, values, deterministic)
+        observations go there once per step and the outputs come back once.
+        ``state``: a policy with memory's input besides the observations
+        (:mod:`harness.algos.memory`), passed on as keywords."""
+        return self.actor()(obs, values, deterministic, **state)
 
     def actor(self) -> Callable[..., TensorDict]:
         """``act`` for as long as the weights stay on their device (a batch of
@@ -92,9 +98,13 @@ class Policy(nn.Module, abc.ABC):
         device = weight.device
 
         def on_device(
-            obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+            obs: torch.Tensor,
+            values: Mapping[str, float] = {},
+            deterministic: bool = False,
+            **state: torch.Tensor,
         ) -> TensorDict:
-            return self(obs.to(device, non_blocking=True), values, deterministic).to("cpu")
+            moved = {k: v.to(device, non_blocking=True) for k, v in state.items()}
+            return self(obs.to(device, non_blocking=True), values, deterministic, **moved).to("cpu")
 
         return on_device
 
@@ -110,9 +120,13 @@ class NormalizedPolicy(Policy):
         self.policy, self.obs_norm = policy, obs_norm
 
     def forward(
-        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+        self,
+        obs: torch.Tensor,
+        values: Mapping[str, float] = {},
+        deterministic: bool = False,
+        **state: torch.Tensor,
     ) -> TensorDict:
-        return self.policy(self.obs_norm(obs), values, deterministic)
+        return self.policy(self.obs_norm(obs), values, deterministic, **state)
 
 
 # Statistics, not weights (checkpoint.init_with's "normalizer"): ``Algorithm.stateful``'s

@@ -33,12 +33,21 @@ def mlp(
 ) -> nn.Sequential:
     """Linear layers of widths ``hidden`` with ``activation`` between them, each
     ``layer_init``-ed."""
+    layers = hidden_layers(inputs, hidden, activation)
+    layers.append(layer_init(nn.Linear(hidden[-1] if hidden else inputs, outputs), std=out_std))
+    return nn.Sequential(*layers)
+
+
+def hidden_layers(
+    inputs: int, hidden: Sequence[int], activation: type[nn.Module] = nn.Tanh
+) -> list[nn.Module]:
+    """An MLP's hidden part: a ``layer_init``-ed linear layer of each width in ``hidden``, each
+    followed by ``activation``."""
     layers: list[nn.Module] = []
     for width in hidden:
         layers += [layer_init(nn.Linear(inputs, width)), activation()]
         inputs = width
-    layers.append(layer_init(nn.Linear(inputs, outputs), std=out_std))
-    return nn.Sequential(*layers)
+    return layers
 
 
 class PixelEncoder(nn.Module):
@@ -95,6 +104,19 @@ def network(
         return mlp(spec.obs_dim, hidden, outputs, activation, out_std)
     encoder = PixelEncoder(spec.obs_shape)
     return nn.Sequential(encoder, layer_init(nn.Linear(encoder.features, outputs), std=out_std))
+
+
+def encoder(
+    spec: EnvSpec, hidden: Sequence[int], activation: type[nn.Module] = nn.Tanh
+) -> tuple[nn.Module, int]:
+    """An observation's features and their width, for a recurrent core to read
+    (:mod:`harness.algos.memory`): on images a :class:`PixelEncoder`, on state vectors
+    :func:`hidden_layers` (none with ``hidden`` empty: the observation itself)."""
+    if spec.pixels:
+        pixels = PixelEncoder(spec.obs_shape)
+        return pixels, pixels.features
+    layers = hidden_layers(spec.obs_dim, hidden, activation)
+    return nn.Sequential(*layers), hidden[-1] if hidden else spec.obs_dim
 
 
 class Bounds(nn.Module):

@@ -18,6 +18,10 @@ place of GAE's (``algo.vtrace``; :mod:`harness.algos.vtrace`), and the clipped
 ratio is taken against the acting version's log-probabilities: APPO, as
 Sample Factory runs it.
 
+With ``algo.memory`` (lstm, gru) the policy (:mod:`harness.algos.ppo_policy`) has a recurrent core
+that both heads share, and a round is learnt from in minibatches of whole env sequences, each
+replayed from the state its collector recorded (:mod:`harness.algos.memory`).
+
 With normalisation a round is learnt from with the observation statistics
 the collectors acted with (the current version's; batches hold raw
 observations), so the first minibatch's probability ratio is exactly 1 as
@@ -27,20 +31,27 @@ travel with the next version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
 import torch
 from tensordict import TensorDict
 from torch import nn
-from torch.distributions import Categorical, Normal
 
-from harness.algos.base import AlgoConfig, Algorithm, Policy, Stateful
+from harness.algos.base import AlgoConfig, Algorithm, Stateful
 from harness.algos.gae import gae
-from harness.algos.nets import PixelEncoder, layer_init, network
+from harness.algos.memory import (
+    INITIAL_STATE,
+    RecurrentActorCritic,
+    check_memory,
+    restarted,
+    sequences,
+    time_major,
+)
+from harness.algos.nets import network
 from harness.algos.normalize import RewardScaler
 from harness.algos.optim import adam
+from harness.algos.ppo_policy import PPOPolicy
 from harness.algos.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, PROBABILITY, UNIT, ranged
 from harness.algos.vtrace import vtrace
 from harness.core.specs import EnvSpec
@@ -66,6 +77,10 @@ class PPOConfig(AlgoConfig):
     # stop the epochs early past this approximate KL
     target_kl: Optional[float] = ranged(None, POSITIVE)
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic MLP widths
+    # none | lstm | gru: a recurrent core after the encoder (hidden_sizes' layers, or the CNN) that
+    # the actor's and the critic's heads share, learnt over whole segments (harness/algos/memory.py)
+    memory: str = "none"
+    memory_size: int = ranged(128, AT_LEAST_ONE)  # the core's units
     # Divide rewards by a running std of the discounted return, per env (gymnasium's
     # NormalizeReward, as CleanRL's ppo_continuous_action.py); sync mode only: it follows each env's
     # rewards in order.
@@ -81,66 +96,9 @@ class PPOConfig(AlgoConfig):
     # truncation of the ratio in the traces (how far corrections reach back)
     vtrace_c_bar: float = ranged(1.0, POSITIVE)
 
-
-class PPOPolicy(Policy):
-    """The actor: categorical logits, or a Gaussian mean with a learned,
-    state-independent log standard deviation for continuous actions. On
-    images it also holds the critic's value head on its CNN, and acting
-    records each frame's ``value``."""
-
-    value_head: Optional[nn.Linear]
-
-    def __init__(self, spec: EnvSpec, hidden_sizes: list[int]):
-        super().__init__()
-        self.discrete = spec.discrete
-        self.net = network(spec, hidden_sizes, spec.num_actions, out_std=0.01)
-        features = cast(PixelEncoder, self.net[0]).features if spec.pixels else 0
-        self.value_head = layer_init(nn.Linear(features, 1), std=1.0) if spec.pixels else None
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.zeros(spec.num_actions))
-
-    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        return self.distribution_of(self.net(obs.flatten(1)))
-
-    def distribution_of(self, out: torch.Tensor) -> torch.distributions.Distribution:
-        """The action distribution the network's output ``out`` describes."""
-        out = out.float()  # float32 under algo.amp too: log-probabilities need the precision
-        # No argument validation: it costs as much as the network on small MLPs.
-        if self.discrete:
-            return Categorical(logits=out, validate_args=False)
-        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
-
-    def value_of(self, features: torch.Tensor) -> torch.Tensor:
-        """The value head's values of the CNN's ``features``."""
-        return cast(nn.Linear, self.value_head)(features).float().squeeze(-1)
-
-    def log_prob_entropy(
-        self,
-        obs: torch.Tensor,
-        action: torch.Tensor,
-        dist: torch.distributions.Distribution | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        dist = self.distribution(obs) if dist is None else dist
-        if self.discrete:
-            return dist.log_prob(action), dist.entropy()
-        return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
-
-    def forward(
-        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
-    ) -> TensorDict:
-        value: dict[str, torch.Tensor] = {}
-        if self.value_head is None:
-            dist = self.distribution(obs)
-        else:  # the CNN once, for both heads
-            features = self.net[0](obs.flatten(1))
-            dist = self.distribution_of(self.net[1](features))
-            value = {"value": self.value_of(features)}
-        if deterministic:
-            action = cast(Categorical, dist).probs.argmax(-1) if self.discrete else dist.mean
-        else:
-            action = dist.sample()
-        logprob = dist.log_prob(action) if self.discrete else dist.log_prob(action).sum(-1)
-        return TensorDict({"action": action, "logprob": logprob, **value}, batch_size=obs.shape[:1])
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_memory(self.memory)
 
 
 class PPOLoss(nn.Module):
@@ -148,14 +106,16 @@ class PPOLoss(nn.Module):
     when several trainers learn together.
 
     On images the critic is the actor's value head on its CNN (CleanRL's Atari
-    ``Agent``): a minibatch goes through the CNN once, and both losses train it.
+    ``Agent``): a minibatch goes through the CNN once, and both losses train it. With memory
+    it is the value head on the recurrent core, and a minibatch is whole env sequences
+    (:func:`~harness.algos.memory.sequences`), replayed from their recorded states.
     """
 
     def __init__(
         self, actor: PPOPolicy, critic: Optional[nn.Module], cfg: PPOConfig, obs_dims: int
     ):
         """``critic``: the value network of observations; None where the actor holds a value head
-        (images)."""
+        (images, memory)."""
         super().__init__()
         self.actor, self.critic, self.cfg, self.obs_dims = actor, critic, cfg, obs_dims
 
@@ -167,7 +127,10 @@ class PPOLoss(nn.Module):
 
     def forward(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        if self.critic is None:
+        if self.actor.memory is not None:  # truncated BPTT over each sequence, time first
+            mb, state = time_major(mb)
+            dist, new_value, _ = self.actor.unroll(mb["obs"], state, mb["done"])
+        elif self.critic is None:
             features = self.actor.net[0](mb["obs"].flatten(1))
             dist = self.actor.distribution_of(self.actor.net[1](features))
             new_value = self.actor.value_of(features)
@@ -219,10 +182,9 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
     # *args, **kwargs: as Algorithm's
     def __init__(self, cfg: PPOConfig, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
-        # On images the actor's value head is the critic.
-        critic = (
-            None if spec.pixels else network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
-        )
+        # On images, and with memory, the actor's value head is the critic.
+        shared = spec.pixels or cfg.memory != "none"
+        critic = None if shared else network(spec, cfg.hidden_sizes, 1, out_std=1.0).to(self.device)
         self.loss = PPOLoss(self.policy, critic, cfg, len(spec.obs_shape))
         self.learner = self.data_parallel(self.loss)
         self.optimizer = adam(self.loss.parameters(), lr=cfg.lr, eps=1e-5)
@@ -236,7 +198,7 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     @classmethod
     def make_policy(cls, cfg: PPOConfig, spec: EnvSpec) -> PPOPolicy:
-        return PPOPolicy(spec, cfg.hidden_sizes)
+        return PPOPolicy(spec, cfg.hidden_sizes, cfg.memory, cfg.memory_size)
 
     def checkpointed(self) -> dict[str, Stateful]:
         scaler = {"reward_scaler": self.reward_scaler} if self.reward_scaler is not None else {}
@@ -250,24 +212,34 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
 
     @torch.no_grad()
     def targets(
-        self, obs: torch.Tensor, rollout: TensorDict, reward: torch.Tensor, next_obs: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        rollout: TensorDict,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        initial_state: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The critic's values, the advantages and the value targets of a ``[T, N]`` rollout (GAE,
         or V-trace), and the share of frames whose probability ratio V-trace truncated (0 with GAE).
         GAE takes the values recorded while acting where there are (images: saving the CNN a pass
-        over the round); V-trace, the current critic's."""
+        over the round); V-trace, the current critic's; with memory, the recurrent forward's from
+        each env's ``initial_state``."""
         cfg = self.cfg
-        acted = self.policy.value_head is not None and not cfg.vtrace
-        values = rollout["value"] if acted else self.loss.value(obs)
-        next_value = self.loss.value(self.normalized(next_obs))
+        logprob = None
+        if initial_state is not None:
+            values, next_value, logprob = self.replay(obs, rollout, initial_state, next_obs)
+        else:
+            acted = self.policy.value_head is not None and not cfg.vtrace
+            values = rollout["value"] if acted else self.loss.value(obs)
+            next_value = self.loss.value(self.normalized(next_obs))
         if not cfg.vtrace:
             advantages = gae(reward, values, rollout["done"], next_value, cfg.gamma, cfg.gae_lambda)
             return values, advantages, advantages + values, torch.zeros((), device=values.device)
         # The frames' versions may be older than these weights: correct by each action's probability
         # ratio.
-        steps_envs = reward.shape  # the actor takes a flat batch
-        flat_obs, flat_action = obs.flatten(0, 1), rollout["action"].flatten(0, 1)
-        logprob = self.policy.log_prob_entropy(flat_obs, flat_action)[0].view(steps_envs)
+        if logprob is None:
+            flat_obs, flat_action = obs.flatten(0, 1), rollout["action"].flatten(0, 1)
+            logprob = self.policy.log_prob_entropy(flat_obs, flat_action)[0].view(reward.shape)
         log_ratio = logprob - rollout["logprob"]
         done, lam = rollout["done"], cfg.gae_lambda
         rho_bar, c_bar = cfg.vtrace_rho_bar, cfg.vtrace_c_bar
@@ -276,28 +248,51 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         )
         return values, advantages, returns, (log_ratio.exp() > rho_bar).float().mean()
 
+    @torch.no_grad()
+    def replay(
+        self, obs: torch.Tensor, rollout: TensorDict, state: torch.Tensor, next_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """With memory: a ``[T, N]`` round's values and log-probabilities by the recurrent forward
+        from each env's recorded ``state``, and the value of ``next_obs`` from the state after the
+        round. In async mode an older version made those states: they are used as they are (no
+        burn-in recomputes them; docs/algorithms.md, "Policies with memory")."""
+        done = rollout["done"]
+        dist, values, last = self.policy.unroll(obs, state, done)
+        logprob = self.policy.log_prob_entropy(obs, rollout["action"], dist)[0]
+        memory = cast(RecurrentActorCritic, self.policy.memory)
+        next_value = memory.step(self.normalized(next_obs).flatten(1), restarted(last, done[-1]))[1]
+        return values, next_value, logprob
+
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
-        rollout, next_obs = self.round_on_device(batches)  # [T, N], [N, ...]
+        # [T, N], [N, ...], with memory [N, state]
+        rollout, next_obs, initial_state = self.round_on_device(batches)
         obs = self.normalized(rollout["obs"])  # with the statistics the collectors acted with
         reward = rollout["reward"]
         if self.reward_scaler is not None:
             reward = self.reward_scaler.scale(reward, rollout["terminated"], self.ddp_group)
-        values, advantages, returns, ratio_clipped = self.targets(obs, rollout, reward, next_obs)
-
-        flat = rollout.select("action", "logprob").set("obs", obs).reshape(-1)
-        flat.set("advantage", advantages.reshape(-1)).set("return", returns.reshape(-1))
-        flat.set("value", values.reshape(-1))
+        values, advantages, returns, ratio_clipped = self.targets(
+            obs, rollout, reward, next_obs, initial_state
+        )
+        frames_ = rollout.select("action", "logprob").set("obs", obs).set("value", values)
+        frames_.set("advantage", advantages).set("return", returns)
+        if initial_state is None:
+            data = frames_.reshape(-1)  # single frames
+        else:  # minibatches of whole env sequences: truncated BPTT from their recorded states
+            data = sequences(frames_.set("done", rollout["done"]), initial_state)
         lr = self.set_learning_rate(frames)
-        history = self.epochs(flat)
+        history = self.epochs(data)
 
         # the next version's statistics: every trainer's frames of this round
         if self.obs_norm is not None:
             self.obs_norm.update(rollout["obs"], self.ddp_group)
         return self.round_metrics(history, values, returns, lr, ratio_clipped)
 
-    def round_on_device(self, batches: list[TensorDict]) -> tuple[TensorDict, torch.Tensor]:
-        """The round's fields the update reads (``rollout`` ``[T, N]``, ``next_obs`` ``[N, ...]``),
-        moved to the trainer's device once: on a GPU, through pinned memory, without blocking."""
+    def round_on_device(
+        self, batches: list[TensorDict]
+    ) -> tuple[TensorDict, torch.Tensor, Optional[torch.Tensor]]:
+        """The round's fields the update reads (``rollout`` ``[T, N]``, ``next_obs`` ``[N, ...]``,
+        with memory ``initial_state`` ``[N, S]``), moved to the trainer's device once: on a GPU,
+        through pinned memory, without blocking."""
         # terminated: the reward scaler's episode ends; value: recorded while acting, on images
         keys = ["obs", "action", "logprob", "reward", "done", "terminated"]
         keys += ["value"] if self.policy.value_head is not None else []
@@ -306,8 +301,10 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             rollout=torch.cat([b["rollout"].select(*keys) for b in batches], dim=1),
             next_obs=torch.cat([b["next_obs"] for b in batches], dim=0),
         )
+        if self.policy.memory is not None:
+            frames_of_round[INITIAL_STATE] = torch.cat([b[INITIAL_STATE] for b in batches], dim=0)
         moved = self.to_device.move(frames_of_round)
-        return cast(TensorDict, moved["rollout"]), moved["next_obs"]
+        return cast(TensorDict, moved["rollout"]), moved["next_obs"], moved.get(INITIAL_STATE)
 
     def set_learning_rate(self, frames: int) -> float:
         """Sets the optimiser's learning rate for a round that starts at ``frames``, and returns it:
@@ -318,16 +315,17 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
             group["lr"] = lr
         return lr
 
-    def epochs(self, flat: TensorDict) -> list[dict[str, torch.Tensor]]:
-        """``algo.update_epochs`` passes over the round's ``flat`` frames in random minibatches, or
-        fewer past ``algo.target_kl``; each step's losses, detached."""
+    def epochs(self, data: TensorDict) -> list[dict[str, torch.Tensor]]:
+        """``algo.update_epochs`` passes over the round's ``data`` (single frames, or with memory
+        env sequences) in random minibatches, or fewer past ``algo.target_kl``; each step's losses,
+        detached."""
         cfg = self.cfg
-        size = flat.shape[0]
+        size = data.shape[0]
         minibatch = max(size // cfg.num_minibatches, 1)
         history = []
         for _ in range(cfg.update_epochs):
-            for idx in torch.randperm(size, device=flat.device).split(minibatch):
-                history.append(self.minibatch_step(flat[idx]))
+            for idx in torch.randperm(size, device=data.device).split(minibatch):
+                history.append(self.minibatch_step(data[idx]))
             if (
                 cfg.target_kl is not None
                 and self.mean_over_trainers(history[-1]["approx_kl"]) > cfg.target_kl

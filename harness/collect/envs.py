@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from harness.collect import pixels
+from harness.collect import pixels, popgym_envs
 from harness.collect.watchdog import StepWatchdog, watchdog
 from harness.core.specs import EnvSpec
 
@@ -25,8 +25,10 @@ EXTRAS = {
     "mujoco": ("mujoco", "MuJoCo", MUJOCO_HINT),
     "make_minatar": ("minatar", "MinAtar", pixels.MINATAR_HINT),
     "make_atari": ("ale_py", "ale-py", pixels.ATARI_HINT),
+    "make_popgym": ("popgym", "POPGym", popgym_envs.POPGYM_HINT),
 }
 pixels.register()
+popgym_envs.register()
 
 
 def check_env_id(env_id: str) -> None:

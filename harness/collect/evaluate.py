@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
+from harness.algos.memory import STATE, restarted
 from harness.collect.envs import check_env_id, made_for, make_vec_env, to_tensor
 from harness.metrics import video
 from harness.metrics.stats import EvalResult
@@ -96,9 +97,12 @@ def evaluate(
     the episode returns. Bounded by the envs' time limits (Atari's: its game's
     108,000 emulator frames, as in training; a game waiting for FIRE after a
     lost life is served by the env, :mod:`harness.collect.pixels`). ``frames``:
-    append env 0's picture before each of its steps (one frame per step)."""
+    append env 0's picture before each of its steps (one frame per step). A
+    policy with memory starts each episode from a zero state and carries it
+    from step to step, as collectors do."""
     obs, _ = envs.reset(seed=seed)
     obs = to_tensor(obs)
+    state: dict[str, torch.Tensor] = {}  # with memory: {"state": each env's}
     returns = np.zeros(envs.num_envs)
     finished = np.zeros(envs.num_envs, dtype=bool)
     space = envs.single_action_space
@@ -107,10 +111,13 @@ def evaluate(
         if frames is not None and not finished[0]:
             # render_mode rgb_array: one array
             frames.append(cast(np.ndarray, envs.envs[0].render()))
-        action = policy.act(obs, values, deterministic=True)["action"].numpy()
+        out = policy.act(obs, values, deterministic=True, **state)
+        action = out["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
         next_obs, reward, terminated, truncated, _ = envs.step(action)
+        if STATE in out:
+            state = {"state": restarted(out[STATE], torch.from_numpy(terminated | truncated))}
         returns += np.where(finished, 0.0, reward)
         finished |= terminated | truncated
         obs = to_tensor(next_obs)

@@ -6,6 +6,8 @@ A batch is one message of the data channel:
   observations: the trainer does that), the policy's outputs (``action``, ...), ``reward``,
   ``terminated``, ``truncated``, ``done`` and the ``policy_version`` that chose each action;
 - ``next_obs`` ``[N]``: the observation after the last step, to bootstrap from;
+- ``initial_state`` ``[N, S]``, for a policy with memory (:mod:`harness.algos.memory`): each env's
+  recurrent state before the batch's first step (zero where an episode starts there);
 - ``stats``: episodes finished in this batch with the sum of their returns and lengths; evaluation
   episodes run since the last batch; envs that failed (raised, or returned an observation that does
   not fit) and were made again (:class:`harness.collect.envs.RestartingEnv`: their broken episode
@@ -30,6 +32,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
+from harness.algos.memory import INITIAL_STATE, STATE, restarted
 from harness.collect.envs import reports_games, spec_of, to_tensor
 from harness.core.packing import buffer_of, pack
 from harness.sync.contract import Header
@@ -63,11 +66,14 @@ def batch_template(
     the config (the policy's outputs on a dummy observation give the extra
     fields), so the layout is known on both ends before any frame exists.
     ``next_obs``: also store each frame's next observation (the true final
-    one at an episode's end), as replay-based algorithms need."""
+    one at an episode's end), as replay-based algorithms need. A policy with
+    memory returns its state after each step: the batch holds it once, as each
+    env's ``initial_state``, not per frame."""
     # images stay uint8 up to the trainer's network
     obs = torch.zeros(num_envs, *obs_shape, dtype=getattr(torch, obs_dtype))
     with torch.no_grad():
         out = policy.act(obs)
+    state = out.pop(STATE) if STATE in out else None
     frame = out.clone().update(
         {
             "obs": obs,
@@ -84,6 +90,8 @@ def batch_template(
     batch = TensorDict(
         rollout=frame.expand(steps, num_envs).clone(), next_obs=obs.clone(), stats=stats
     )
+    if state is not None:
+        batch[INITIAL_STATE] = state.clone()
     return pack(batch.zero_())
 
 
@@ -91,7 +99,10 @@ class RolloutCollector:
     """Steps ``envs`` with ``policy`` and fills one packed batch per call.
 
     The batch is reused: it is valid until the next ``collect``. ``shared``:
-    it lives in shared memory, for another process to send.
+    it lives in shared memory, for another process to send. A policy with
+    memory acts from each env's state, carried from step to step and zeroed
+    where an episode ended (or the envs were reset); each batch records the
+    states its first step started from.
     """
 
     def __init__(
@@ -143,12 +154,16 @@ class RolloutCollector:
         # stepping), frames stepped since its supervisor last took a batch]
         self.heartbeat: np.ndarray | None = None
         self.seed = seed  # the first reset's; a resumed run's collector reseeds past it
+        # with memory: each env's recurrent state before its next step
+        self.state: torch.Tensor | None = None
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
-        """Start fresh episodes in every env (a resumed run reseeds here)."""
+        """Start fresh episodes in every env (a resumed run reseeds here), from a zero state."""
         obs, _ = self.envs.reset(seed=seed)
         self.obs_array, self.obs = obs, to_tensor(obs)
+        if INITIAL_STATE in self.batch:
+            self.state = torch.zeros_like(self.batch[INITIAL_STATE])
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
@@ -164,7 +179,9 @@ class RolloutCollector:
         steps: list[tuple] = []
         versions: list[int] = []
         final: list[tuple[int, dict]] = []  # (step, info) where an episode ended
-        act = self.policy.actor()
+        act, state = self.policy.actor(), self.state
+        if state is not None:
+            self.batch[INITIAL_STATE].copy_(state)
         started, beat = time.perf_counter(), self.heartbeat
         for t in range(self.steps):
             if beat is not None:
@@ -172,17 +189,23 @@ class RolloutCollector:
                 beat[1] += self.num_envs
             if refresh is not None:
                 header = refresh()
-            out = act(self.obs, header.values)
+            if state is None:
+                out = act(self.obs, header.values)
+            else:  # the state after this step, zeroed where it ended an episode
+                out = act(self.obs, header.values, state=state)
             env_action = out["action"].numpy()
             if self.clip is not None:
                 # store the sample, step the env with a legal action
                 env_action = np.clip(env_action, *self.clip)
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
+            if state is not None:
+                state = restarted(out[STATE], torch.from_numpy(terminated | truncated))
             steps.append((self.obs_array, out, obs, reward, terminated, truncated))
             versions.append(header.version)
             if "final_obs" in info:
                 final.append((t, info))
             self.obs_array, self.obs = obs, to_tensor(obs)
+        self.state = state
         self._write(steps, versions, final)
         self.stats["collect_s"].fill_(time.perf_counter() - started)
         if beat is not None:

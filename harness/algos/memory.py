@@ -1,0 +1,122 @@
+"""Policies with memory: a recurrent core (``algo.memory``: ``lstm`` or ``gru``) between the
+encoder and the actor and critic heads, as CleanRL's ``ppo_atari_lstm.py`` and Sample Factory put
+it.
+
+The core is one cell stepped once per frame, so that acting (a collector's step) and learning
+(the trainer's pass over a segment) run the same operation in the same order and agree on every
+log-probability and value. Its state is a flat ``[N, state_size]`` tensor (an LSTM's hidden and
+cell states side by side) that collectors carry from step to step, zeroed where an episode ended
+(:func:`restarted`), and record at the start of every segment (``INITIAL_STATE`` in the batch).
+The trainer replays a segment from that state, zeroing it again where the segment's episodes
+ended, before the step that follows (CleanRL multiplies the state by ``1 - done`` the same way):
+the state never crosses an episode boundary, at acting and at learning alike. PPO learns from
+minibatches of whole env sequences (:func:`sequences`): truncated backpropagation through time
+over each segment.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from harness.algos.nets import encoder, layer_init
+from harness.core.specs import EnvSpec
+
+MEMORIES = ("none", "lstm", "gru")
+# The policy's output after a step: each env's state after it (not stored per frame).
+STATE = "state"
+# The batch's entry [N, state_size]: each env's state before the segment's first step.
+INITIAL_STATE = "initial_state"
+
+
+def check_memory(memory: str) -> None:
+    """Refuse an ``algo.memory`` that is not one of ``MEMORIES``, saying what is."""
+    if memory not in MEMORIES:
+        raise ValueError(
+            f"algo.memory={memory!r}: choose none (a feed-forward policy), lstm or gru (a "
+            "recurrent core of algo.memory_size units between the encoder and the heads)"
+        )
+
+
+def restarted(state: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """``state`` ``[N, S]`` zeroed for the envs whose episode ended (``done`` ``[N]``): the state
+    the next step starts from. A product, as CleanRL's, so that collector and trainer compute the
+    same bits."""
+    return state * (~done).to(state.dtype).unsqueeze(-1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Encoder (the MLP's hidden layers, or the CNN), one LSTM or GRU cell of ``size`` units, and
+    on its output the actor's head (``outputs`` wide) and the critic's value head."""
+
+    def __init__(self, spec: EnvSpec, hidden: list[int], kind: str, size: int, outputs: int):
+        super().__init__()
+        self.encoder, features = encoder(spec, hidden)
+        self.lstm = kind == "lstm"
+        self.cell = nn.LSTMCell(features, size) if self.lstm else nn.GRUCell(features, size)
+        for name, param in self.cell.named_parameters():  # CleanRL's ppo_atari_lstm.py
+            if "bias" in name:
+                nn.init.constant_(param, 0.0)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+        self.state_size = 2 * size if self.lstm else size
+        self.actor = layer_init(nn.Linear(size, outputs), std=0.01)
+        self.value_head = layer_init(nn.Linear(size, 1), std=1.0)
+
+    def initial_state(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        """``n`` envs' state at an episode's start: zeros, on ``like``'s device."""
+        return torch.zeros(n, self.state_size, device=like.device)
+
+    def _cell(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the cell: its output and the state after it."""
+        if self.lstm:
+            h, c = self.cell(x, tuple(state.chunk(2, -1)))
+            return h, torch.cat([h, c], -1)
+        h = self.cell(x, state)
+        return h, h
+
+    def _heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.actor(out), self.value_head(out).float().squeeze(-1)
+
+    def step(
+        self, obs: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One frame of each env (``obs`` ``[N, D]``, flat) from its ``state``: the actor's
+        output, the value and the state after the step."""
+        out, state = self._cell(self.encoder(obs), state)
+        return *self._heads(out), state
+
+    def unroll(
+        self, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A segment, time first (``obs`` ``[T, N, D]``, ``done`` ``[T, N]``) from each env's
+        ``state`` before its first step: the actor's outputs ``[T, N, A]``, the values ``[T, N]``
+        and the state after the last step. A state is zeroed after each step that ended its
+        env's episode, as the collector zeroed it while acting."""
+        features = self.encoder(obs)  # every frame at once: the encoder has no state
+        outs = []
+        for t in range(obs.shape[0]):
+            if t:
+                state = restarted(state, done[t - 1])
+            out, state = self._cell(features[t], state)
+            outs.append(out)
+        return *self._heads(torch.stack(outs)), state
+
+
+def sequences(frames: TensorDict, initial_state: torch.Tensor) -> TensorDict:
+    """A round's ``[T, N]`` ``frames`` as ``[N]`` env sequences ``[N, T, ...]``, each with the
+    state it started from: indexing it picks whole sequences, so that no minibatch cuts one."""
+    envs = frames.shape[1]
+    by_env = {key: value.transpose(0, 1) for key, value in frames.items()}
+    return TensorDict(by_env, batch_size=[envs], device=frames.device).set(
+        INITIAL_STATE, initial_state
+    )
+
+
+def time_major(minibatch: TensorDict) -> tuple[TensorDict, torch.Tensor]:
+    """A minibatch of :func:`sequences` as ``[T, B]`` frames, and their starting states."""
+    state = minibatch[INITIAL_STATE]
+    frames = {k: v.transpose(0, 1) for k, v in minibatch.items() if k != INITIAL_STATE}
+    steps, envs = minibatch["done"].shape[1], minibatch.shape[0]
+    return TensorDict(frames, batch_size=[steps, envs], device=minibatch.device), state

@@ -1,0 +1,237 @@
+"""Policies with memory (algo.memory, harness/algos/memory.py): the state never crosses an episode
+boundary, each segment starts from the state its collector had, no minibatch cuts a sequence, and
+the trainer's forward over a segment gives back what the collector computed while acting."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import flaky_env
+import pytest
+import torch
+from helpers import ROOT, column, compose_config, rows, run_harness
+from tensordict import TensorDict
+
+from harness.algos.base import Policy
+from harness.algos.memory import INITIAL_STATE, STATE
+from harness.algos.ppo import PPO, PPOConfig
+from harness.collect.envs import make_vec_env, spec_of
+from harness.collect.evaluate import evaluate
+from harness.collect.rollout import RolloutCollector
+from harness.sync import Header
+
+MEMORIES = ["gru", "lstm"]
+ENVS, STEPS = 6, 48  # CartPole episodes under an untrained policy end within ~10-40 steps
+
+
+class Recording(Policy):
+    """``policy``, noting the state each call was given and the state it returned."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.policy = policy
+        self.given: list[torch.Tensor | None] = []
+        self.returned: list[torch.Tensor] = []
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        values: Mapping[str, float] = {},
+        deterministic: bool = False,
+        **state: torch.Tensor,
+    ) -> TensorDict:
+        self.given.append(state.get("state"))
+        out = self.policy(obs, values, deterministic, **state)
+        self.returned.append(out[STATE].clone())
+        return out
+
+
+def watch_minibatches(algo: PPO, monkeypatch) -> tuple[list[TensorDict], list[dict]]:
+    """Each minibatch ``algo``'s update steps on, and the losses of each step, from now on."""
+    minibatches: list[TensorDict] = []
+    losses: list[dict[str, torch.Tensor]] = []
+    step = algo.minibatch_step
+
+    def noted(mb: TensorDict) -> dict[str, torch.Tensor]:
+        minibatches.append(mb.clone())
+        losses.append(step(mb))
+        return losses[-1]
+
+    monkeypatch.setattr(algo, "minibatch_step", noted)
+    return minibatches, losses
+
+
+def ppo(memory: str, seed: int = 0, **settings) -> PPO:
+    torch.manual_seed(seed)
+    cfg = PPOConfig(memory=memory, memory_size=16, hidden_sizes=[16], **settings)
+    return PPO(cfg, spec_of(make_vec_env("CartPole-v1", 1)), total_frames=10_000)
+
+
+def collector_of(policy: Policy, env_id: str = "CartPole-v1", **kwargs) -> RolloutCollector:
+    envs = make_vec_env(env_id, ENVS, **kwargs)
+    collector = RolloutCollector(envs, policy, ENVS * STEPS, seed=3)
+    if isinstance(policy, Recording):  # from the first step on, not the batch layout's dummy call
+        policy.given.clear()
+        policy.returned.clear()
+    return collector
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_the_collector_zeroes_a_state_after_the_step_that_ended_its_episode(memory):
+    policy = Recording(ppo(memory).policy)
+    done = collector_of(policy).collect(Header(0))["rollout", "done"]
+    assert done[:-1].any(), "no episode ended: the test needs some"
+    for t in range(1, STEPS):
+        given, before = policy.given[t], policy.returned[t - 1]
+        assert given is not None
+        for i in range(ENVS):
+            if done[t - 1, i]:
+                assert torch.equal(given[i], torch.zeros_like(given[i])), (t, i)
+            else:  # carried as it was, and not zero
+                assert torch.equal(given[i], before[i]) and before[i].abs().sum() > 0, (t, i)
+
+
+@pytest.mark.unit
+def test_a_restarted_env_and_a_reset_collector_start_from_a_zero_state(monkeypatch):
+    """An env that raises is made again and its broken episode ends (a truncation): its state is
+    zeroed; ``reset`` (a resumed run's reseeding) zeroes every env's."""
+    monkeypatch.setenv("FLAKY_STEP", "5")
+    monkeypatch.setenv("FLAKY_FAILURES", "1")
+    monkeypatch.setattr(flaky_env, "failures", 0)
+    policy = Recording(ppo("gru").policy)
+    collector = collector_of(policy, "flaky_env:FlakyCartPole-v0", max_restarts=1)
+    batch = collector.collect(Header(0))
+    assert float(batch["stats", "env_restarts"]) == 1
+    restart_step = int(batch["rollout", "truncated"].any(1).nonzero()[0])
+    after = policy.given[restart_step + 1]
+    assert after is not None
+    broken = batch["rollout", "truncated"][restart_step]
+    assert torch.equal(after[broken], torch.zeros_like(after[broken]))
+    assert collector.state is not None and collector.state.abs().sum() > 0
+    collector.reset(seed=11)
+    collector.collect(Header(1))
+    assert torch.equal(collector.batch[INITIAL_STATE], torch.zeros(ENVS, 16))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_a_segment_starts_from_the_state_its_collector_had_at_its_first_step(memory):
+    policy = Recording(ppo(memory).policy)
+    collector = collector_of(policy)
+    collector.collect(Header(0))
+    first_of_second = len(policy.given)
+    initial = collector.collect(Header(1))[INITIAL_STATE]
+    acted_from = policy.given[first_of_second]
+    assert acted_from is not None and initial.abs().sum() > 0
+    assert torch.equal(initial, acted_from)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_the_trainers_forward_restarts_from_zero_where_an_episode_ended(memory):
+    """Over a segment with an end after step 4 of env 0, the forward equals two forwards: one up to
+    that step, and one from a zero state after it; the state carried on would give other values."""
+    policy = ppo(memory).policy
+    assert policy.memory is not None
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(10, 3, 4, generator=g)
+    state = torch.randn(3, policy.memory.state_size, generator=g)
+    done = torch.zeros(10, 3, dtype=torch.bool)
+    done[4, 0] = True
+    with torch.no_grad():
+        _, values, _ = policy.unroll(obs, state, done)
+        _, before, _ = policy.unroll(obs[:5, :1], state[:1], done[:5, :1])
+        zero = torch.zeros_like(state[:1])
+        _, after, _ = policy.unroll(obs[5:, :1], zero, done[5:, :1])
+        _, carried, _ = policy.unroll(obs[:, :1], state[:1], torch.zeros(10, 1, dtype=torch.bool))
+    torch.testing.assert_close(values[:5, 0], before[:, 0])
+    torch.testing.assert_close(values[5:, 0], after[:, 0])
+    assert not torch.allclose(values[5:, 0], carried[5:, 0], atol=1e-4)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_the_trainers_forward_gives_back_the_collectors_log_probs_and_values(memory, monkeypatch):
+    """The same weights, replayed by the trainer over the collector's second segment from its
+    recorded state, with the episodes that ended in it: every step's log-probability and value
+    as the collector computed them while acting, and the first minibatch's ratio 1."""
+    algo = ppo(memory, num_minibatches=1)
+    collector = collector_of(algo.policy)
+    collector.collect(Header(0))
+    batch = collector.collect(Header(1))
+    rollout, initial = batch["rollout"], batch[INITIAL_STATE]
+    assert rollout["done"].any() and initial.abs().sum() > 0, "the test needs both"
+    values, _, logprob = algo.replay(rollout["obs"], rollout, initial, batch["next_obs"])
+    torch.testing.assert_close(logprob, rollout["logprob"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(values, rollout["value"], rtol=0, atol=1e-5)
+
+    _, losses = watch_minibatches(algo, monkeypatch)
+    algo.update([batch], 0)
+    assert float(losses[0]["approx_kl"]) < 1e-9 and float(losses[0]["clipfrac"]) == 0.0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_a_minibatch_holds_whole_env_sequences_from_their_recorded_states(memory, monkeypatch):
+    algo = ppo(memory, num_minibatches=3, update_epochs=2)
+    collector = collector_of(algo.policy)
+    collector.collect(Header(0))
+    batch = collector.collect(Header(1)).clone()
+    obs, initial = batch["rollout", "obs"], batch[INITIAL_STATE]
+    minibatches, _ = watch_minibatches(algo, monkeypatch)
+    algo.update([batch], 0)
+    assert len(minibatches) == 2 * 3
+    for epoch in (minibatches[:3], minibatches[3:]):
+        envs = []
+        for mb in epoch:
+            assert mb["obs"].shape[:2] == (ENVS // 3, STEPS)  # every step of 2 envs' sequences
+            for sequence, state in zip(mb["obs"], mb[INITIAL_STATE]):
+                matches = [i for i in range(ENVS) if torch.equal(sequence, obs[:, i])]
+                assert len(matches) == 1
+                assert torch.equal(state, initial[matches[0]])
+                envs += matches
+        assert sorted(envs) == list(range(ENVS))  # each env's sequence once per epoch
+
+
+@pytest.mark.unit
+def test_evaluation_carries_each_envs_state_and_starts_every_episode_from_zero():
+    policy = Recording(ppo("lstm").policy)
+    envs = make_vec_env("CartPole-v1", 3, training=False)
+    evaluate(policy, envs, seed=5, values={})
+    assert policy.given[0] is None  # an episode's start: the policy's zero state
+    for t in range(1, len(policy.given)):
+        given = policy.given[t]
+        assert given is not None
+        for i in range(3):
+            ended = given[i].abs().sum() == 0
+            assert ended or torch.equal(given[i], policy.returned[t - 1][i]), (t, i)
+
+
+@pytest.mark.unit
+def test_a_memory_that_is_not_one_gets_one_clear_error():
+    with pytest.raises(ValueError, match=r"algo\.memory='lstmm': choose none \(.*\), lstm or gru"):
+        compose_config("algo.memory=lstmm")
+
+
+@pytest.mark.e2e
+def test_ppo_with_a_gru_on_a_popgym_task_runs_with_a_collector_and_logs_rows(workdir):
+    pytest.importorskip("popgym", reason="the popgym extra: pip install -e '.[popgym]'")
+    out = run_harness(
+        [
+            "algo=ppo",
+            "algo.memory=gru",
+            "algo.memory_size=32",
+            "env=popgym_repeat_previous_easy",
+            "debug=tiny",
+            "logger.console=false",
+            "run_dir=run",
+        ],
+        workdir,
+        nproc=2,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = rows(workdir / "run")
+    assert int(table[-1]["frames"]) == 1024
+    assert column(table, "train/policy_loss") and column(table, "train/episode_return")
