@@ -13,6 +13,7 @@ may have another class for discrete actions (``cql``: ``DiscreteCQL``, in
 from __future__ import annotations
 
 from harness.algos.base import AlgoConfig, Algorithm, Policy, part_of
+from harness.algos.bc import BC
 from harness.algos.cql import CQL
 from harness.algos.cql_discrete import DiscreteCQL
 from harness.algos.dqn import DQN
@@ -30,6 +31,7 @@ ALGOS: dict[str, type[Algorithm]] = {
     "dqn": DQN,
     "iql": IQL,
     "cql": CQL,
+    "bc": BC,
 }
 DISCRETE_FORMS: dict[str, type[Algorithm]] = {"cql": DiscreteCQL}
 

@@ -74,7 +74,7 @@ def test_every_config_in_a_group_composes(group, tmp_path):
             ["env=pendulum"] if group == "algo" and name in ("sac", "td3") else []
         )
         raw = OmegaConf.load(CONF / group / f"{name}.yaml")
-        if name in ("iql", "cql") or raw.get(
+        if name in ("iql", "cql", "bc") or raw.get(
             "dataset"
         ):  # offline: compose with a dataset for its env
             env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"

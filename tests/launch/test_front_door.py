@@ -54,7 +54,7 @@ def test_a_typo_is_one_line_from_one_rank_naming_the_setting_meant_and_exit_stat
         (
             ["algo=ppp"],
             "error: algo=ppp: no such option; did you mean algo=ppo? "
-            "Choose one of: cql, dqn, iql, ppo, sac, td3",
+            "Choose one of: bc, cql, dqn, iql, ppo, sac, td3",
         ),
         (
             ["topology.trainers=3"],
@@ -89,7 +89,7 @@ def test_help_prints_once_and_says_what_every_setting_of_the_composition_means(w
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("Settings (") == 1
     assert (
-        "  algo        cql  dqn  iql  ppo  sac*  td3\n" in out.stdout
+        "  algo        bc  cql  dqn  iql  ppo  sac*  td3\n" in out.stdout
     )  # the choices only: no *_schema entries
     lines = {
         line.split()[0]: line

@@ -56,7 +56,7 @@ def test_every_setting_of_the_default_job_has_its_meaning():
 def test_groups_are_the_command_lines_choices_only():
     found = groups()
     assert "common" not in found and "tuned" not in found
-    assert found["algo"] == ["cql", "dqn", "iql", "ppo", "sac", "td3"]
+    assert found["algo"] == ["bc", "cql", "dqn", "iql", "ppo", "sac", "td3"]
 
 
 def test_a_mistyped_setting_is_told_the_nearest_one_in_its_section():
