@@ -21,7 +21,8 @@ ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 def pack(td: TensorDictBase) -> TensorDictBase:
     """A consolidated copy of ``td``: every leaf a view into one uint8 buffer,
-    on the leaves' device. (``consolidate`` alone allocates on ``td.device``,
+    on the leaves' device; ``td`` itself when it is packed already (clone it
+    first for a copy). (``consolidate`` alone allocates on ``td.device``,
     which is ``None`` for ``TensorDict.from_module``'s: the CPU. A GPU model
     packed that way would have its parameters moved back to the CPU.)"""
     devices = {t.device for t in leaf_tensors(td)}

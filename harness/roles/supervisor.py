@@ -46,7 +46,7 @@ from tensordict import TensorDict
 from harness.algos import algorithm_for
 from harness.collect.watchdog import HUNG_EXIT
 from harness.config import Config
-from harness.core.packing import schema
+from harness.core.packing import pack, schema
 from harness.core.specs import EnvSpec
 from harness.data.channel import POLL_S, BatchSender
 from harness.distributed.setup import Groups
@@ -334,7 +334,10 @@ def run_supervised_collector(cfg: Config, layout: Layout, groups: Groups) -> Non
             sender.send(batch, while_waiting=pacing.while_waiting)
             supervisor.release()
             header = pacing.next(header)
-        sender.send_last(supervisor.batch, *supervisor.unreported)
+        # The goodbye goes from a copy: the worker, answered for its last batch, may be filling
+        # the shared one again, and would overwrite the goodbye's stats.last (the trainer would
+        # take it for one more batch and wait for a goodbye that never comes).
+        sender.send_last(pack(supervisor.batch.clone()), *supervisor.unreported)
         stopped = True
     finally:
         supervisor.close(cfg.sync.timeout_s if stopped else 0.0)

@@ -117,7 +117,7 @@ def test_a_collectors_normalised_observations_are_the_trainers_for_the_same_vers
         metrics = algo.update([batch], frames)
         frames += 64
     assert float(metrics["train/return_std"]) > 0
-    source.drain()
+    source.drain(lambda batch: None)
 
 
 @pytest.mark.unit
