@@ -3,16 +3,28 @@ progress, and wandb and TensorBoard on request (``logger.backends``).
 
 The CSV is the embedded default and is always written: a header row, then one
 row per log step. A key that first appears later (an algorithm diagnostic that
-starts after warm-up, say) widens the header; the file is rewritten once.
+starts after warm-up, say) widens the header; the file is rewritten once. A
+write that fails (a full disk) leaves the file as it was, every row whole, and
+stops the run saying so (:class:`MetricsWriteError`): a rewrite goes to a new
+file that replaces the old one only once written, and an appended row that did
+not fit is cut off again.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import io
+import os
+import shutil
 import time
 from pathlib import Path
 
 from harness.metrics.console import Figures, make_console
+
+
+class MetricsWriteError(RuntimeError):
+    """``metrics.csv`` could not be written; the file keeps the rows it had."""
 
 
 class CSVLog:
@@ -35,20 +47,64 @@ class CSVLog:
             path.unlink()  # a fresh run in a used directory starts a fresh log
 
     def _rewrite(self) -> None:
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, self.columns)
-            writer.writeheader()
-            writer.writerows(self.rows)
+        """The whole file, replaced at once: until the new one is written, the old one stands."""
+        text = io.StringIO()
+        writer = csv.DictWriter(text, self.columns)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        fresh = self.path.with_name(f".{self.path.name}.new")
+        try:
+            fresh.write_text(text.getvalue(), newline="")
+            os.replace(fresh, self.path)
+        except OSError as e:
+            fresh.unlink(missing_ok=True)
+            raise self._error(e) from e
+
+    def _append(self, row: dict[str, float]) -> None:
+        """One row at the end; a row that does not fit whole is cut off again."""
+        text = io.StringIO()
+        csv.DictWriter(text, self.columns).writerow(row)
+        data = text.getvalue().encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            end = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as e:
+                os.ftruncate(fd, end)
+                raise self._error(e) from e
+        finally:
+            os.close(fd)
+
+    def _error(self, cause: OSError) -> MetricsWriteError:
+        where = self.path.parent
+        full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        why = (
+            f"the disk is full ({shutil.disk_usage(where).free:,} bytes free in {where})"
+            if full
+            else f"{type(cause).__name__}: {cause}"
+        )
+        return MetricsWriteError(
+            f"{self.path} cannot be written: {why}. It keeps the rows it had, each whole, and the "
+            "run's checkpoints are kept. "
+            + ("Free space there" if full else "Fix the cause")
+            + ", then resume with the same command"
+        )
 
     def write(self, row: dict[str, float]) -> None:
         self.rows.append(row)
         new = [k for k in row if k not in self.columns]
-        if new or not self.path.exists():
-            self.columns += new
-            self._rewrite()  # rare: only when the columns change
-        else:
-            with self.path.open("a", newline="") as f:
-                csv.DictWriter(f, self.columns).writerow(row)
+        try:
+            if new or not self.path.exists():
+                self.columns += new
+                self._rewrite()  # rare: only when the columns change
+            else:
+                self._append(row)
+        except MetricsWriteError:
+            self.rows.pop()
+            self.columns = [c for c in self.columns if c not in new]
+            raise
 
 
 class VideoFiles:

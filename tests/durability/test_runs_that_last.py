@@ -14,6 +14,7 @@ import torch
 from helpers import rank_pid, rows, run_harness, snapshot, start_harness, wait_for
 
 from harness.core import checkpoint
+from harness.metrics.logger import CSVLog, MetricsWriteError
 from harness.sync.shm_files import PREFIX
 
 pytestmark = pytest.mark.e2e
@@ -228,3 +229,25 @@ def test_a_full_disk_is_named_the_partial_checkpoint_removed_and_the_earlier_one
     assert again.returncode == 0 and "step-000000001024" in again.stdout + again.stderr, (
         again.stderr[-3000:]
     )
+
+
+def test_metrics_csv_on_a_full_disk_keeps_every_row_whole_and_says_so(small_disk):
+    # Rows wider than a page: tmpfs gives a file whole pages, so a short row would still fit.
+    def row(frames: int, **more: float) -> dict[str, float]:
+        return {"frames": frames, **{f"train/m{i}": 0.123456789 for i in range(500)}, **more}
+
+    log = CSVLog(small_disk / "run" / "metrics.csv")
+    for frames in (256, 512):
+        log.write(row(frames))
+    before = (small_disk / "run" / "metrics.csv").read_bytes()
+    filler = small_disk / "filler"
+    with filler.open("wb") as f:  # every free byte
+        f.write(b"\0" * shutil.disk_usage(small_disk).free)
+    for new in (row(768), row(768, **{"train/new": 1.0})):  # appended; the file rewritten
+        with pytest.raises(MetricsWriteError, match="cannot be written: the disk is full"):
+            log.write(new)
+        assert (small_disk / "run" / "metrics.csv").read_bytes() == before
+    assert [p.name for p in (small_disk / "run").iterdir()] == ["metrics.csv"]  # no partial file
+    filler.unlink()
+    log.write(row(768, **{"train/new": 1.0}))
+    assert [r["frames"] for r in rows(small_disk / "run")] == ["256", "512", "768"]
