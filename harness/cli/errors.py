@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,12 +48,24 @@ def speaks() -> bool:
 
 NULL_GROUP = "Config group override must be a string or a list"  # Hydra's words for group=null
 
+# How long a rank that stays silent about a mistake waits for the rank that says it (below).
+SPEAKER_WAIT_S = 20.0
+
 
 def refuse(e: BaseException, speaker: bool | None = None) -> NoReturn:
     """A mistake: said once, without a traceback (by rank 0, unless ``speaker`` says whether this
-    rank is the one to say it); every rank exits with status 2."""
+    rank is the one to say it); every rank exits with status 2.
+
+    The silent ranks leave last. torchrun's agent stops every rank as soon as one exits with an
+    error, so a silent rank that found the mistake first would have the speaker stopped before
+    it printed: the job would end without a word. A silent rank waits instead, with SIGTERM back
+    to its default action, until the agent stops it when the speaker has exited (at most
+    ``SPEAKER_WAIT_S``, for ranks that no agent watches, as under srun alone)."""
     if speaks() if speaker is None else speaker:
         print(f"error: {explain(e)}", file=sys.stderr, flush=True)
+        sys.exit(USAGE_ERROR)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(SPEAKER_WAIT_S)
     sys.exit(USAGE_ERROR)
 
 
