@@ -1,0 +1,264 @@
+"""The speed of recurrent PPO (``algo.memory``; issue 50's speed targets), one thread.
+
+    python benchmarks/recurrent.py [--repeats 30] [--quick] [--json PATH]
+
+Everything runs on ``experiment=ppo_popgym`` as composed from ``conf/`` (POPGym's Stateless
+CartPole, Easy; an MLP encoder of 64, a GRU of 128; 16 envs x 64 steps a collector's batch; 4
+epochs of 4 minibatches), with only ``algo.memory`` overridden.
+
+Collector: a real collector as a collector rank builds it (``make_collector``: the preset's envs,
+through ``make_vec_env``, and policy, with untrained weights), 4 batches' ``collect`` a sample (4 x
+1,024 frames: acting, stepping the envs, writing the packed batch, counting episodes), with
+``algo.memory=gru``, ``lstm`` and ``none`` (the feed-forward policy, the reference), frames per
+second; the ratio is each round's recurrent / feed-forward frames per second (target: at least
+0.8).
+
+Update: ``algo.update`` on a round as the preset's trainer gets it, two collectors' batches (32
+envs x 64 steps, collected above by the same kind of collector, two batches of one collector
+standing in for two): one forward without gradients over the whole round for GAE's values
+(``replay``), then 4 epochs x 4 minibatches of 8 whole env sequences, each the encoder, the cell
+stepped over 64 steps from the recorded state (zeroed after episode ends), both heads, the PPO
+loss, backward, gradient clipping and an Adam step. The floor: a plain ``torch.nn.GRU`` (or
+``nn.LSTM``) of the same sizes (input: the encoder's 64 features, hidden: ``algo.memory_size``),
+forward and backward over one minibatch's sequences (64 steps x 8 envs, gradients to the input as
+to the encoder's, from a zero state, no resets), as many times as the update takes minibatch
+steps (16): only the recurrence, none of the rest. The ratio is each round's update / floor
+(target: at most 1.3). On a CPU, torch's ``nn.LSTM`` runs forward and backward as oneDNN's
+fused RNN (``mkldnn_rnn_layer``), a true floor; ``nn.GRU`` has no fused CPU path for training (it
+steps the cell and back-propagates through every step's operations, as the harness does) and
+takes about three times ``nn.LSTM``'s time though it multiplies less: the GRU's ratio is against
+a weaker floor. ``replay share``: the part of the update in the forward for GAE. For context,
+``algo.memory=none``'s update on a round of the feed-forward collector's frames.
+
+Each round times every case once, in turn (the order reversed every other round, so that a shared
+machine's load falls on all alike), after one untimed warm-up round; Python's garbage collector
+runs, untimed, before each timed call. Medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from tensordict import TensorDict
+from torch import nn
+
+from harness.algos.ppo import PPO
+from harness.collect.rollout import RolloutCollector
+from harness.config import Config, load, register_configs
+from harness.core.specs import EnvSpec
+from harness.roles.collector import make_collector
+from harness.sync import Header
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORIES = ("none", "gru", "lstm")  # none: the feed-forward reference
+COLLECTORS = 2  # ppo_popgym's layout: 1 trainer, 2 collectors (a trainer's round is both batches)
+BATCHES = 4  # a collector's sample: one batch (~60 ms here) is short enough for load to sway it
+COLLECTOR_TARGET, UPDATE_TARGET = 0.8, 1.3  # issue 50
+
+
+def preset(memory: str) -> Config:
+    """``experiment=ppo_popgym algo.memory=<memory>``, as ``harness train`` would load it."""
+    register_configs()
+    with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
+        return load(compose("config", overrides=["experiment=ppo_popgym", f"algo.memory={memory}"]))
+
+
+def rounds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each of ``fns`` in each of ``repeats`` rounds (after a warm-up round), every
+    round running each once, in turn, the order reversed every other round."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(repeats + 1):
+        order = list(fns) if round_ % 2 else list(reversed(fns))
+        for name in order:
+            gc.collect()
+            start = time.perf_counter()
+            fns[name]()
+            seconds = time.perf_counter() - start
+            if round_:
+                samples[name].append(seconds)
+    return samples
+
+
+def collector_rows(
+    collectors: dict[str, RolloutCollector], repeats: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Frames per second of each collector's ``collect``, and recurrent / feed-forward."""
+    frames = BATCHES * collectors["none"].steps * collectors["none"].num_envs
+
+    def collect(collector: RolloutCollector) -> Callable[[], object]:
+        return lambda: [collector.collect(Header(0)) for _ in range(BATCHES)]
+
+    samples = rounds({m: collect(c) for m, c in collectors.items()}, repeats)
+    rows = []
+    for memory, seconds in samples.items():
+        ratios = [none / own for own, none in zip(seconds, samples["none"])]  # fps ratio
+        row: dict[str, Any] = {
+            "case": f"collector/{memory}",
+            "frames_per_s": frames / statistics.median(seconds),
+        }
+        if memory != "none":
+            row["vs_none"] = statistics.median(ratios)
+            row["target_met"] = row["vs_none"] >= COLLECTOR_TARGET
+        rows.append(row)
+    return rows, frames
+
+
+class Floor:
+    """``passes`` forward and backward passes of a plain ``nn.GRU`` / ``nn.LSTM`` over ``steps`` x
+    ``envs`` sequences of ``features``: the recurrence alone, as torch's own RNN modules run it."""
+
+    def __init__(self, kind: str, features: int, size: int, steps: int, envs: int, passes: int):
+        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(features, size)
+        self.x = torch.randn(steps, envs, features, requires_grad=True)  # the encoder's output
+        self.passes = passes
+
+    def __call__(self) -> None:
+        for _ in range(self.passes):
+            self.rnn.zero_grad(set_to_none=True)
+            self.x.grad = None
+            out, _ = self.rnn(self.x)
+            out.sum().backward()
+
+
+def minibatches(envs: int, cfg: Config) -> tuple[int, int]:
+    """The env sequences of a minibatch and the minibatch steps of an update, as ``PPO.epochs``
+    splits a round of ``envs`` sequences."""
+    per_minibatch = max(envs // cfg.algo.num_minibatches, 1)
+    return per_minibatch, cfg.algo.update_epochs * len(range(0, envs, per_minibatch))
+
+
+def round_of(collector: RolloutCollector) -> list[TensorDict]:
+    """A trainer's round of ``COLLECTORS`` batches (copies: the collector reuses its batch)."""
+    return [collector.collect(Header(0)).clone() for _ in range(COLLECTORS)]
+
+
+def timed_replay(algo: PPO, spent: list[float]) -> None:
+    """Notes in ``spent`` the seconds each of ``algo``'s updates spends in ``replay``."""
+    replay = algo.replay
+
+    def timed(
+        obs: torch.Tensor, rollout: TensorDict, state: torch.Tensor, next_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        out = replay(obs, rollout, state, next_obs)
+        spent.append(time.perf_counter() - start)
+        return out
+
+    algo.replay = timed  # type: ignore[method-assign]  # this instance's, which PPO.targets calls
+
+
+def update_rows(
+    configs: dict[str, Config],
+    collectors: dict[str, RolloutCollector],
+    specs: dict[str, EnvSpec],
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """Each kind's update on a round of its collector's frames against its floor; and the
+    feed-forward update's time, for context."""
+    fns: dict[str, Callable[[], object]] = {}
+    replays: dict[str, list[float]] = {}
+    shape: dict[str, int] = {}
+    for memory, cfg in configs.items():
+        batches = round_of(collectors[memory])
+        algo = PPO(cfg.algo, specs[memory], cfg.collector.total_frames)
+        fns[f"update/{memory}"] = partial(algo.update, batches, 0)
+        if memory == "none":
+            continue
+        replays[memory] = []
+        timed_replay(algo, replays[memory])
+        steps, envs = batches[0]["rollout"].shape[0], COLLECTORS * batches[0]["rollout"].shape[1]
+        per_minibatch, passes = minibatches(envs, cfg)
+        assert algo.policy.memory is not None
+        features = algo.policy.memory.cell.input_size
+        fns[f"floor/{memory}"] = Floor(
+            memory, features, cfg.algo.memory_size, steps, per_minibatch, passes
+        )
+        shape = {"steps": steps, "envs": envs, "minibatch_envs": per_minibatch, "passes": passes}
+        shape["features"] = features
+    samples = rounds(fns, repeats)
+    rows: list[dict[str, Any]] = []
+    for memory in configs:
+        update = samples[f"update/{memory}"]
+        row: dict[str, Any] = {"case": f"update/{memory}", "ms": 1e3 * statistics.median(update)}
+        if memory != "none":
+            floor = samples[f"floor/{memory}"]
+            ratios = [u / f for u, f in zip(update, floor)]
+            in_replay = replays[memory][-len(update) :]  # the timed rounds' (warm-up's first)
+            row |= {
+                "floor_ms": 1e3 * statistics.median(floor),
+                "vs_floor": statistics.median(ratios),
+                "replay_share": statistics.median(r / u for r, u in zip(in_replay, update)),
+                **shape,
+            }
+            row["target_met"] = row["vs_floor"] <= UPDATE_TARGET
+        rows.append(row)
+    return rows
+
+
+def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, Any]]) -> None:
+    met = {True: "met", False: "missed"}
+    print(f"collector, {frames:,} frames a sample: frames/s (recurrent / feed-forward per round)")
+    for row in collector:
+        line = f"  memory={row['case'].split('/')[1]:<5} {row['frames_per_s']:9,.0f} frames/s"
+        if "vs_none" in row:
+            target = f"target >= {COLLECTOR_TARGET}x: {met[row['target_met']]}"
+            line += f"   {row['vs_none']:.2f}x none ({target})"
+        print(line)
+    shape = next(row for row in update if "passes" in row)
+    print(
+        f"update, a round of {shape['envs']} envs x {shape['steps']} steps, {shape['passes']} "
+        f"minibatch steps of {shape['minibatch_envs']} env sequences; floor: plain nn.GRU/nn.LSTM "
+        f"forward+backward over {shape['steps']} x {shape['minibatch_envs']} x "
+        f"{shape['features']} features, {shape['passes']} times"
+    )
+    for row in update:
+        line = f"  memory={row['case'].split('/')[1]:<5} update {row['ms']:7.1f} ms"
+        if "vs_floor" in row:
+            target = f"target <= {UPDATE_TARGET}x: {met[row['target_met']]}"
+            line += (
+                f"   floor {row['floor_ms']:6.1f} ms   {row['vs_floor']:.2f}x floor ({target})"
+                f"   replay share {row['replay_share']:.0%}"
+            )
+        else:
+            line += "   (feed-forward, for context)"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=30, help="timed rounds (after a warm-up)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds: a check that it runs")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else args.repeats
+    if repeats < 1:
+        parser.error(f"--repeats {repeats}: at least 1")
+    torch.set_num_threads(1)
+    configs = {memory: preset(memory) for memory in MEMORIES}
+    built = {memory: make_collector(cfg, rank=1) for memory, cfg in configs.items()}
+    collectors = {memory: b[0] for memory, b in built.items()}
+    specs = {memory: b[3] for memory, b in built.items()}
+    collector, frames = collector_rows(collectors, repeats)
+    update = update_rows(configs, collectors, specs, repeats)
+    load = os.getloadavg()[0]  # a shared machine: say how busy it was
+    print(f"ppo_popgym, 1 thread, medians of {repeats} interleaved rounds, load {load:.1f}")
+    report(collector, frames, update)
+    if args.json:
+        Path(args.json).write_text(json.dumps(collector + update, indent=1))
+
+
+if __name__ == "__main__":
+    main()
