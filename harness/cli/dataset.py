@@ -4,6 +4,8 @@
     harness dataset --nproc 2 env=pendulum out=datasets/pendulum-medium \\
         policy=runs/sac/checkpoints/step-000000006000 reference.expert_policy=runs/sac
     harness dataset mix=[datasets/a,datasets/b] out=datasets/a+b   # a mixed dataset
+    harness dataset recipe=pendulum_medium seed=0                  # by D4RL's recipe (recipe.py)
+    harness dataset verify=datasets/pendulum-medium-seed0          # its bytes against meta.json
     torchrun --nproc_per_node=2 -m harness.cli.dataset ...         # the ranks, started by hand
 
 ``policy`` is a checkpoint (``<run_dir>/checkpoints/step-*``) or a run
@@ -18,65 +20,30 @@ system across nodes); rank 0 then measures the reference returns and writes
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Optional, cast
+import os
+from typing import cast
 
 import hydra
 import numpy as np
 import torch
 import torch.distributed as dist
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from harness.algos.base import Policy
 from harness.cli import errors as cli
+from harness.cli import recipe as recipes
+from harness.cli.dataset_config import DatasetConfig
 from harness.cli.policies import RandomPolicy, load_policy
 from harness.collect.envs import env_spec, make_vec_env
 from harness.collect.evaluate import eval_seed, evaluate
 from harness.collect.rollout import RolloutCollector
-from harness.config import EnvConfig
 from harness.data import dataset
 from harness.distributed.setup import join, shutdown_distributed
 from harness.distributed.topology import Layout
 from harness.sync.contract import Header
 
 log = logging.getLogger("harness")
-
-
-@dataclass
-class ReferenceConfig:
-    """The returns that normalised scores are measured against."""
-
-    episodes: int = 10  # deterministic episodes per measured reference
-    # known random return; default: measured with uniform random actions
-    random_return: Optional[float] = None
-    expert_return: Optional[float] = None  # known expert return, or:
-    # a checkpoint or run directory whose policy's return is measured
-    expert_policy: Optional[str] = None
-
-
-@dataclass
-class DatasetConfig:
-    env: EnvConfig = field(default_factory=EnvConfig)
-    out: str = MISSING  # the dataset directory to write
-    # behaviour policy: checkpoint or run directory; None: uniform random actions
-    policy: Optional[str] = None
-    frames: int = 100_000  # transitions, all ranks together
-    num_envs: int = 4  # envs per rank
-    # instead of collecting: concatenate these datasets into out
-    mix: list[str] = field(default_factory=list)
-    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
-    # rank r seeds its envs from seed + r * num_envs onwards, and its policy's sampling with
-    # seed + r
-    seed: int = 1
-    # bounds every collective (the slowest rank's collection included)
-    dist_timeout_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if self.frames < 1 or self.num_envs < 1 or self.reference.episodes < 1:
-            raise ValueError("frames, num_envs and reference.episodes must be >= 1")
-        if self.reference.expert_return is not None and self.reference.expert_policy is not None:
-            raise ValueError("give reference.expert_return or reference.expert_policy, not both")
 
 
 def roll_out_share(
@@ -180,6 +147,36 @@ def write(cfg: DatasetConfig, layout: Layout) -> None:
         finish(cfg, random, totals, sources)
 
 
+def write_without_ranks(cfg: DatasetConfig) -> bool:
+    """``verify=``, ``recipe=`` and ``mix=``: one process does it all. Returns whether ``cfg``
+    asked for one of them."""
+    if cfg.verify is not None:
+        meta = dataset.verify(cfg.verify)
+        log.info("%s holds the data its meta.json describes: sha256 %s", cfg.verify, meta.digest)
+    elif cfg.recipe is not None:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                "a recipe writes from one process (its digest depends on it): leave --nproc out"
+            )
+        meta = recipes.write(cfg)
+        log.info(
+            "wrote %s by recipe %s, seed %d: %d transitions, behaviour return %.1f (random %.1f, "
+            "expert %.1f), sha256 %s",
+            cfg.out,
+            cfg.recipe.name,
+            cfg.seed,
+            meta.transitions,
+            meta.behaviour_return,
+            meta.random_return,
+            meta.expert_return,
+            meta.digest,
+        )
+    elif cfg.mix:
+        meta = dataset.concatenate(cfg.mix, cfg.out)
+        log.info("wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix))
+    return cfg.verify is not None or cfg.recipe is not None or bool(cfg.mix)
+
+
 ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
 
 
@@ -187,11 +184,7 @@ ConfigStore.instance().store(name="write_dataset_schema", node=DatasetConfig)
 def main(raw: DictConfig) -> None:
     with cli.user_errors():  # a mistake in the command: said once, by rank 0, without a traceback
         cfg = cast(DatasetConfig, OmegaConf.to_object(raw))  # composed on write_dataset_schema
-        if cfg.mix:
-            meta = dataset.concatenate(cfg.mix, cfg.out)
-            log.info(
-                "wrote %s: %d transitions from %s", cfg.out, meta.transitions, ", ".join(cfg.mix)
-            )
+        if write_without_ranks(cfg):
             return
         dataset.refuse_existing(cfg.out)  # on every rank: none waits for a rank 0 that refused
         layout = Layout.from_env(trainers=1)
@@ -209,7 +202,9 @@ dataset.
 
   harness dataset env=pendulum out=datasets/pendulum-random frames=50000
   harness dataset --nproc 2 env=hopper out=DIR policy=RUN_DIR_OR_CHECKPOINT
-  harness dataset mix=[datasets/a,datasets/b] out=datasets/a+b"""
+  harness dataset mix=[datasets/a,datasets/b] out=datasets/a+b
+  harness dataset recipe=hopper_medium seed=0        (conf/recipe/: train, stop, roll out)
+  harness dataset verify=DIR                         (its bytes against meta.json's digest)"""
 
 if __name__ == "__main__":
     cli.run(main, "write_dataset", HELP)

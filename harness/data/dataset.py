@@ -16,6 +16,7 @@ machine instead (see :mod:`harness.data.minari`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -144,8 +145,46 @@ def refuse_non_tensors(path: Path) -> None:
         )
 
 
+def content_digest(data: TensorDict) -> str:
+    """SHA-256 over every field in ``FIELDS`` order: its name, dtype and shape, then its bytes
+    (row-major, this machine's byte order), read in slices of 16 MiB so that a memory-mapped
+    dataset larger than RAM is never read whole."""
+    digest = hashlib.sha256()
+    for key in FIELDS:
+        tensor = data[key]
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        digest.update(f"{key}:{dtype}:{list(tensor.shape)}\n".encode())
+        flat = tensor.reshape(-1)
+        step = max(1, (16 << 20) // max(1, flat.element_size()))
+        for start in range(0, flat.numel(), step):
+            chunk = flat[start : start + step].contiguous()
+            digest.update(chunk.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def verify(path: str | Path) -> Meta:
+    """The dataset at ``path`` (read as :func:`load` does), with its bytes checked against the
+    digest in its ``meta.json``; a mismatch, or no digest, is a :class:`DatasetError`."""
+    data, meta = load(path)
+    if meta.digest is None:
+        raise DatasetError(
+            f"{path}/meta.json records no digest (written before datasets recorded one): nothing "
+            "to check it against; write it again to get one"
+        )
+    found = content_digest(data)
+    if found != meta.digest:
+        raise DatasetError(
+            f"{path} does not hold the data its meta.json describes: the fields' sha256 is "
+            f"{found}, meta.json says {meta.digest}. A byte of data/ changed since it was "
+            "written; write the dataset again (harness dataset)"
+        )
+    return meta
+
+
 def finish(path: str | Path, meta: Meta) -> None:
-    """Write ``meta.json`` (atomically): from now on the dataset can be read."""
+    """Record the data's digest in ``meta`` and write ``meta.json`` (atomically): from now on the
+    dataset can be read."""
+    meta.digest = content_digest(open_storage(path, read_only=True))
     tmp = Path(path) / f".meta.json.{os.getpid()}"
     tmp.write_text(json.dumps(asdict(meta), indent=1))
     os.replace(tmp, Path(path) / "meta.json")
@@ -250,9 +289,11 @@ __all__ = [
     "allocate",
     "check_shapes",
     "concatenate",
+    "content_digest",
     "finish",
     "load",
     "open_storage",
     "refuse_existing",
     "save",
+    "verify",
 ]

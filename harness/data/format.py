@@ -28,6 +28,11 @@ class Meta:
     expert_return: float | None = None
     sources: list[dict] = field(default_factory=list)  # what wrote it: policies, frames, seeds
     format: int = FORMAT
+    # sha256 of the fields' bytes (harness.data.dataset.content_digest); None: written before
+    # digests were recorded
+    digest: str | None = None
+    recipe: dict | None = None  # the recipe it was written from (harness dataset recipe=...)
+    checkpoints: dict | None = None  # a recipe's policies: behaviour (and expert), each checkpoint
 
     def normalized(self, ret: float) -> float | None:
         """``100 * (ret - random) / (expert - random)``; None without both references."""

@@ -1,0 +1,245 @@
+"""Datasets by D4RL's recipe, rebuilt from a recipe's name and a seed (``harness dataset recipe=``).
+
+    harness dataset recipe=pendulum_medium seed=0                # datasets/pendulum-medium-seed0
+    harness dataset recipe=hopper_medium_replay seed=0 out=DIR   # DIR, and its training run DIR-run
+
+A recipe (``conf/recipe/*.yaml``, :class:`RecipeConfig`) names an experiment preset, the frames it
+trains for, the spacing of its checkpoints, the stop criterion and the kind of dataset. In one
+process, with one thread:
+
+1. the preset trains through the harness's own launch (``python -m harness.train``, world size 1)
+   into a new run directory, a checkpoint every ``stop.every_frames``;
+2. the expert is that run's final checkpoint; its deterministic return is the expert reference,
+   uniform random actions' the random one (unless ``reference.*_return`` gives them);
+3. the behaviour policy is the first checkpoint whose stochastic return over ``stop.probe_frames``
+   reaches the target (``stop.target_return``, or ``stop.expert_fraction`` of the way from the
+   random to the expert return);
+4. the data: ``medium``, ``frames`` transitions of its stochastic actions; ``medium-replay``, the
+   run's replay buffer up to that checkpoint; ``medium-expert``, medium followed by ``frames`` of
+   the expert's stochastic actions;
+5. ``meta.json`` records the recipe, the checkpoints, every probe, the returns and the digest.
+
+Every step is seeded from ``seed``, so the same recipe and seed write the same bytes on the same
+machine kind (docs/offline.md says what is and is not deterministic).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+
+from harness.algos.base import Policy
+from harness.cli.dataset_config import DatasetConfig, RecipeConfig, StopConfig
+from harness.cli.policies import RandomPolicy, load_policy
+from harness.collect.envs import env_spec, make_vec_env
+from harness.collect.evaluate import eval_seed, evaluate
+from harness.collect.rollout import RolloutCollector
+from harness.core import checkpoint
+from harness.data import dataset
+from harness.data.format import FIELDS, DatasetError, Meta
+from harness.sync.contract import Header
+
+log = logging.getLogger("harness")
+PROBE_SEED = 500_000  # the probes' envs start this far past the dataset's seed
+EXPERT_SEED = 1_000_000  # and the expert's rollouts (medium-expert) this far
+
+
+def train(cfg: DatasetConfig, recipe: RecipeConfig, run_dir: Path) -> list[Path]:
+    """The training run, one process, one thread, on the CPU (the same seed: the same checkpoints;
+    ``recipe.overrides`` may say otherwise); its checkpoints, oldest first."""
+    keep = recipe.train_frames // recipe.stop.every_frames + 2  # all of them: the candidates
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.train",
+        f"experiment={recipe.preset}",
+        f"seed={cfg.seed}",
+        f"run_dir={run_dir}",
+        f"collector.total_frames={recipe.train_frames}",
+        f"checkpoint.every_frames={recipe.stop.every_frames}",
+        f"checkpoint.keep={keep}",
+        f"checkpoint.replay_buffer={str(recipe.kind == 'medium-replay').lower()}",
+        "trainer.device=cpu",  # a GPU's kernels need not sum in the same order each time
+        "trainer.threads=1",
+        "logger.console=false",
+        *recipe.overrides,
+    ]
+    log.info("training the behaviour policy: %s", " ".join(cmd[2:]))
+    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    if done.returncode != 0:
+        raise DatasetError(
+            f"the recipe's training run failed (exit {done.returncode}; its output above says "
+            f"why). {run_dir} is left as it is: delete it, or give another recipe.run_dir="
+        )
+    return sorted((run_dir / "checkpoints").glob("step-*"))
+
+
+def roll_out(
+    cfg: DatasetConfig, policy: Policy, values: dict[str, float], frames: int, seed: int
+) -> tuple[TensorDict, int, float]:
+    """``frames`` transitions of ``policy``'s stochastic actions on ``cfg.num_envs`` envs seeded
+    from ``seed``; with the episodes that ended in them and their return sum."""
+    envs = make_vec_env(cfg.env.id, cfg.num_envs, cfg.env.max_episode_steps)
+    torch.manual_seed(seed)  # the actions' samples
+    steps = max(1, min(1000, frames // cfg.num_envs))
+    collector = RolloutCollector(envs, policy, steps * cfg.num_envs, seed, next_obs=True)
+    header = Header(version=0, frames=0, stop=False, values=values)
+    parts, held, episodes, return_sum = [], 0, 0, 0.0
+    try:
+        while held < frames:
+            batch = collector.collect(header)
+            rows = batch["rollout"].select(*FIELDS).reshape(-1)[: frames - held]
+            parts.append(rows.clone())
+            held += rows.shape[0]
+            episodes += int(batch["stats", "episodes"])
+            return_sum += float(batch["stats", "return_sum"])
+    finally:
+        envs.close()
+    return TensorDict.cat(parts), episodes, return_sum
+
+
+def deterministic_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
+    """A reference return: ``reference.episodes`` deterministic episodes from fixed seeds."""
+    torch.manual_seed(cfg.seed)  # uniform random actions draw from torch's generator
+    episodes = cfg.reference.episodes
+    envs = make_vec_env(cfg.env.id, episodes, cfg.env.max_episode_steps, training=False)
+    try:
+        return float(np.mean(evaluate(policy, envs, eval_seed(cfg.seed, 0, episodes), values)))
+    finally:
+        envs.close()
+
+
+def behaviour(cfg: DatasetConfig, candidates: list[Path], target: float) -> tuple[Path, list[dict]]:
+    """The first candidate whose stochastic return reaches ``target``, and every probe made."""
+    probes: list[dict] = []
+    assert cfg.recipe is not None
+    for path in candidates:
+        policy, values, source = load_policy(str(path), cfg.env.id)
+        frames = cfg.recipe.stop.probe_frames
+        _, episodes, return_sum = roll_out(cfg, policy, values, frames, cfg.seed + PROBE_SEED)
+        if episodes == 0:
+            raise DatasetError(
+                f"probing {path}: no episode ended in {frames} frames; raise "
+                "recipe.stop.probe_frames above an episode's length"
+            )
+        probes.append({"checkpoint": path.name, "frames": source["frames"]})
+        probes[-1]["return"] = return_sum / episodes
+        log.info("probe %s: stochastic return %.1f", path.name, probes[-1]["return"])
+        if return_sum / episodes >= target:
+            return path, probes
+    raise DatasetError(
+        f"no checkpoint of the recipe's run reached the target return {target:.1f} (probes: "
+        + ", ".join(f"{p['frames']}: {p['return']:.1f}" for p in probes)
+        + "): lower the recipe's stop criterion or raise recipe.train_frames"
+    )
+
+
+def episode_ends(replay: TensorDict, n: int) -> torch.Tensor:
+    """Where the first ``n`` transitions of a one-env replay end an episode: terminated, or
+    the next row starts elsewhere than this row's next_obs (a reset: the time limit)."""
+    obs, next_obs = replay["obs"], replay["next_obs"]
+    ends = replay["terminated"][:n].clone()
+    later = min(n, replay.shape[0] - 1)  # rows whose successor is in the replay
+    moved = (obs[1 : later + 1] != next_obs[:later]).reshape(later, -1).any(-1)
+    ends[:later] |= moved
+    return ends
+
+
+def replay_until(final: Path, frames: int, run_dir: Path) -> tuple[TensorDict, int, float]:
+    """medium-replay: the first ``frames`` transitions of the run's replay (as the final
+    checkpoint keeps it), with ``truncated`` where an episode hit its time limit or the data
+    ends; the episodes that ended in them and their return sum."""
+    run_cfg = OmegaConf.load(run_dir / "config.yaml")
+    if run_cfg.collector.num_envs != 1:
+        raise DatasetError(
+            "medium-replay reads episode ends from the replay's order, which needs one env: "
+            "give the recipe collector.num_envs=1 (async off-policy presets have it)"
+        )
+    state, meta = checkpoint.read(final)
+    replay = state.get("replay")
+    if not isinstance(replay, dict) or replay["size"] != meta["frames"]:
+        raise DatasetError(
+            f"{final} does not keep every frame of the run in its replay buffer: give the "
+            "recipe algo.buffer_size >= recipe.train_frames"
+        )
+    stored = TensorDict(replay["storage"], batch_size=[replay["size"]])
+    ends = episode_ends(stored, frames)
+    data = stored[:frames].clone()
+    data["truncated"] = ends & ~data["terminated"]
+    data["truncated"][-1] |= ~data["terminated"][-1]  # the data ends: the episode is cut there
+    done = ends.nonzero().flatten()
+    sums = data["reward"].double().cumsum(0)[done]
+    returns = sums - torch.cat([sums.new_zeros(1), sums[:-1]])
+    return data.select(*FIELDS), int(done.numel()), float(returns.sum())
+
+
+def target_return(stop: StopConfig, random_return: float, expert_return: float) -> float:
+    if stop.target_return is not None:
+        return stop.target_return
+    assert stop.expert_fraction is not None  # RecipeConfig checked that one is given
+    return random_return + stop.expert_fraction * (expert_return - random_return)
+
+
+def write(cfg: DatasetConfig) -> Meta:
+    """Train, choose, roll out and write ``cfg.out`` as ``cfg.recipe`` says (module docstring)."""
+    recipe = cfg.recipe
+    assert recipe is not None
+    out = Path(cfg.out)
+    run_dir = Path(recipe.run_dir or f"{cfg.out}-run")
+    dataset.refuse_existing(out)
+    if run_dir.exists():
+        raise DatasetError(
+            f"{run_dir} exists: a recipe trains its behaviour policy in a new run directory and "
+            "never writes over an earlier run's. Delete it, or give recipe.run_dir=<a new path>"
+        )
+    torch.set_num_threads(1)  # the rollouts' and probes' networks: the same sums on every run
+    candidates = train(cfg, recipe, run_dir)
+    expert, expert_values, expert_source = load_policy(str(candidates[-1]), cfg.env.id)
+    ref = cfg.reference
+    random_return = ref.random_return
+    if random_return is None:
+        random_return = deterministic_return(cfg, RandomPolicy(env_spec(cfg.env.id)), {})
+    expert_return = ref.expert_return
+    if expert_return is None:
+        expert_return = deterministic_return(cfg, expert, expert_values)
+    target = target_return(recipe.stop, random_return, expert_return)
+    chosen, probes = behaviour(cfg, candidates, target)
+    policy, values, source = load_policy(str(chosen), cfg.env.id)
+    sources = [{**source, "seed": cfg.seed}]
+    if recipe.kind == "medium-replay":
+        data, episodes, return_sum = replay_until(candidates[-1], source["frames"], run_dir)
+        sources = [{"replay": str(candidates[-1]), "frames": source["frames"]}]
+    else:
+        data, episodes, return_sum = roll_out(cfg, policy, values, cfg.frames, cfg.seed)
+    if recipe.kind == "medium-expert":
+        seed = cfg.seed + EXPERT_SEED
+        more, more_episodes, more_sum = roll_out(cfg, expert, expert_values, cfg.frames, seed)
+        data = TensorDict.cat([data, more])
+        episodes, return_sum = episodes + more_episodes, return_sum + more_sum
+        sources.append({**expert_source, "seed": seed})
+    meta = Meta(
+        env=cfg.env.id,
+        transitions=data.shape[0],
+        episodes=episodes,
+        behaviour_return=return_sum / episodes if episodes else float("nan"),
+        random_return=random_return,
+        expert_return=expert_return,
+        sources=sources,
+        recipe={**asdict(recipe), "seed": cfg.seed, "frames": cfg.frames, "target_return": target},
+        checkpoints={
+            "run_dir": str(run_dir),
+            "behaviour": {**source, "probes": probes},
+            "expert": expert_source,
+        },
+    )
+    dataset.save(out, data, meta)
+    return meta
