@@ -16,19 +16,20 @@ second; the ratio is each round's recurrent / feed-forward frames per second (ta
 Update: ``algo.update`` on a round as the preset's trainer gets it, two collectors' batches (32
 envs x 64 steps, collected above by the same kind of collector, two batches of one collector
 standing in for two): one forward without gradients over the whole round for GAE's values
-(``replay``), then 4 epochs x 4 minibatches of 8 whole env sequences, each the encoder, the cell
-stepped over 64 steps from the recorded state (zeroed after episode ends), both heads, the PPO
-loss, backward, gradient clipping and an Adam step. The floor: a plain ``torch.nn.GRU`` (or
-``nn.LSTM``) of the same sizes (input: the encoder's 64 features, hidden: ``algo.memory_size``),
-forward and backward over one minibatch's sequences (64 steps x 8 envs, gradients to the input as
-to the encoder's, from a zero state, no resets), as many times as the update takes minibatch
-steps (16): only the recurrence, none of the rest. The ratio is each round's update / floor
-(target: at most 1.3). On a CPU, torch's ``nn.LSTM`` runs forward and backward as oneDNN's
-fused RNN (``mkldnn_rnn_layer``), a true floor; ``nn.GRU`` has no fused CPU path for training (it
-steps the cell and back-propagates through every step's operations, as the harness does) and
-takes about three times ``nn.LSTM``'s time though it multiplies less: the GRU's ratio is against
-a weaker floor. ``replay share``: the part of the update in the forward for GAE. For context,
-``algo.memory=none``'s update on a round of the feed-forward collector's frames.
+(``replay``), then 4 epochs x 4 minibatches of 8 whole env sequences, each the encoder, the
+recurrence over 64 steps from the recorded state (zeroed after episode ends; one fused call over
+the sequences' pieces between ends), both heads, the PPO loss, backward, gradient clipping and an
+Adam step. The floor: a plain ``torch.nn.GRU`` (or ``nn.LSTM``) of the same sizes (input: the
+encoder's 64 features, hidden: ``algo.memory_size``), forward and backward over one minibatch's
+sequences (64 steps x 8 envs, gradients to the input as to the encoder's, from a zero state, no
+resets), as many times as the update takes minibatch steps (16): only the recurrence, none of the
+rest. The ratio is each round's update / floor (target: at most 1.3). On a CPU, torch's ``nn.LSTM``
+runs forward and backward as oneDNN's fused RNN (``mkldnn_rnn_layer``), a true floor; ``nn.GRU``
+has no fused CPU path for training (it steps the cell and back-propagates through every step's
+operations, as the harness does) and takes about three times ``nn.LSTM``'s time though it
+multiplies less: the GRU's ratio is against a weaker floor. ``replay share``: the part of the
+update in the forward for GAE. For context, ``algo.memory=none``'s update on a round of the
+feed-forward collector's frames.
 
 Each round times every case once, in turn (the order reversed every other round, so that a shared
 machine's load falls on all alike), after one untimed warm-up round; Python's garbage collector

@@ -2,16 +2,18 @@
 encoder and the actor and critic heads, as CleanRL's ``ppo_atari_lstm.py`` and Sample Factory put
 it.
 
-The core is one cell stepped once per frame, so that acting (a collector's step) and learning
-(the trainer's pass over a segment) run the same operation in the same order and agree on every
-log-probability and value. Its state is a flat ``[N, state_size]`` tensor (an LSTM's hidden and
-cell states side by side) that collectors carry from step to step, zeroed where an episode ended
-(:func:`restarted`), and record at the start of every segment (``INITIAL_STATE`` in the batch).
-The trainer replays a segment from that state, zeroing it again where the segment's episodes
-ended, before the step that follows (CleanRL multiplies the state by ``1 - done`` the same way):
-the state never crosses an episode boundary, at acting and at learning alike. PPO learns from
-minibatches of whole env sequences (:func:`sequences`): truncated backpropagation through time
-over each segment.
+The core is one LSTM or GRU cell: acting (a collector's step) steps it once per frame; learning
+(the trainer's pass over a segment) runs the same recurrence on the same weights in one call of
+torch's fused ``torch.lstm``/``torch.gru`` over the segment's pieces between episode ends
+(:meth:`RecurrentActorCritic.unroll`), the same maths in the same order, so that both agree on
+every log-probability and value to float rounding. Its state is a flat ``[N, state_size]`` tensor
+(an LSTM's hidden and cell states side by side) that collectors carry from step to step, zeroed
+where an episode ended (:func:`restarted`), and record at the start of every segment
+(``INITIAL_STATE`` in the batch). The trainer replays a segment from that state, zeroing it again
+where the segment's episodes ended, before the step that follows (CleanRL multiplies the state by
+``1 - done`` the same way): the state never crosses an episode boundary, at acting and at learning
+alike. PPO learns from minibatches of whole env sequences (:func:`sequences`): truncated
+backpropagation through time over each segment.
 """
 
 from __future__ import annotations
@@ -89,19 +91,52 @@ class RecurrentActorCritic(nn.Module):
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """A segment, time first (``obs`` ``[T, N, D]``, ``done`` ``[T, N]``) from each env's
-        ``state`` before its first step: the actor's outputs ``[T, N, A]``, the values ``[T, N]``
-        and the state after the last step. A state is zeroed after each step that ended its
-        env's episode, as the collector zeroed it while acting."""
+        ``state`` before its first step: the actor's outputs ``[T, N, A]`` and the values
+        ``[T, N]``. A state is zeroed after each step that ended its env's episode, as the
+        collector zeroed it while acting.
+
+        The same maths as stepping the cell, in one call of torch's fused recurrence
+        (``torch.lstm``/``torch.gru`` on the cell's own weights): each env's sequence is cut
+        into its pieces between episode ends, and the pieces run side by side, each from its
+        start state (the recorded one, or zeros after an end), padded at their end to the
+        longest; only each piece's own steps are read back."""
         features = self.encoder(obs)  # every frame at once: the encoder has no state
-        outs = []
-        for t in range(obs.shape[0]):
-            if t:
-                state = restarted(state, done[t - 1])
-            out, state = self._cell(features[t], state)
-            outs.append(out)
-        return *self._heads(torch.stack(outs)), state
+        steps, envs = done.shape
+        piece, pos, first = pieces(done)
+        # a piece's start state: its env's recorded one, zeroed unless the piece starts at step 0
+        start = restarted(state[first // steps], first % steps != 0)
+        where = pos * len(first) + piece  # each frame's row in the [L, pieces] layout, env-major
+        frames = features.transpose(0, 1).reshape(steps * envs, -1)
+        length = int(pos.max()) + 1
+        x = frames.new_zeros(length * len(first), frames.shape[1]).index_copy(0, where, frames)
+        out = self._fused(x.view(length, len(first), -1), start).flatten(0, 1)[where]
+        return self._heads(out.view(envs, steps, -1).transpose(0, 1))
+
+    def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The cell over ``x`` ``[L, B, D]`` from ``state`` ``[B, state_size]``, without
+        restarts, in one call: the outputs ``[L, B, size]``."""
+        cell, train = self.cell, self.training
+        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        if self.lstm:
+            h, c = state.unsqueeze(0).chunk(2, -1)
+            return torch.lstm(x, (h, c), weights, True, 1, 0.0, train, False, False)[0]
+        return torch.gru(x, state.unsqueeze(0), weights, True, 1, 0.0, train, False, False)[0]
+
+
+def pieces(done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A ``[T, N]`` segment's ``done`` flags cut each env's sequence into pieces that no episode
+    end interrupts (a piece starts at step 0 and after each end), numbered env by env: each
+    frame's piece and step within it (both ``[N * T]``, env-major), and each piece's first
+    frame's index in that order (``[pieces]``: its env is ``// T``, its step ``% T``)."""
+    starts = torch.ones_like(done)
+    starts[1:] = done[:-1]
+    starts = starts.transpose(0, 1).reshape(-1)
+    first = starts.nonzero().squeeze(1)
+    piece = starts.cumsum(0) - 1
+    pos = torch.arange(len(starts), device=done.device) - first[piece]
+    return piece, pos, first
 
 
 def sequences(frames: TensorDict, initial_state: torch.Tensor) -> TensorDict:

@@ -44,7 +44,6 @@ from harness.algos.memory import (
     INITIAL_STATE,
     RecurrentActorCritic,
     check_memory,
-    restarted,
     sequences,
     time_major,
 )
@@ -129,7 +128,7 @@ class PPOLoss(nn.Module):
         cfg = self.cfg
         if self.actor.memory is not None:  # truncated BPTT over each sequence, time first
             mb, state = time_major(mb)
-            dist, new_value, _ = self.actor.unroll(mb["obs"], state, mb["done"])
+            dist, new_value = self.actor.unroll(mb["obs"], state, mb["done"])
         elif self.critic is None:
             features = self.actor.net[0](mb["obs"].flatten(1))
             dist = self.actor.distribution_of(self.actor.net[1](features))
@@ -256,12 +255,14 @@ class PPO(Algorithm[PPOConfig, PPOPolicy]):
         from each env's recorded ``state``, and the value of ``next_obs`` from the state after the
         round. In async mode an older version made those states: they are used as they are (no
         burn-in recomputes them; docs/algorithms.md, "Policies with memory")."""
-        done = rollout["done"]
-        dist, values, last = self.policy.unroll(obs, state, done)
+        done = rollout["done"]  # next_obs: one more step, from a state zeroed where done[-1]
+        steps = torch.cat([obs, self.normalized(next_obs).unsqueeze(0)])
+        out, values = cast(RecurrentActorCritic, self.policy.memory).unroll(
+            steps.flatten(2), state, torch.cat([done, done[-1:]])
+        )
+        dist = self.policy.distribution_of(out[:-1])
         logprob = self.policy.log_prob_entropy(obs, rollout["action"], dist)[0]
-        memory = cast(RecurrentActorCritic, self.policy.memory)
-        next_value = memory.step(self.normalized(next_obs).flatten(1), restarted(last, done[-1]))[1]
-        return values, next_value, logprob
+        return values[:-1], values[-1], logprob
 
     def update(self, batches: list[TensorDict], frames: int) -> dict[str, torch.Tensor | float]:
         # [T, N], [N, ...], with memory [N, state]

@@ -99,10 +99,8 @@ class PPOPolicy(Policy):
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor
-    ) -> tuple[torch.distributions.Distribution, torch.Tensor, torch.Tensor]:
-        """With memory, a ``[T, N]`` segment from each env's ``state``: the action distributions,
-        the values and the state after the last step (:meth:`RecurrentActorCritic.unroll`)."""
-        out, value, last = cast(RecurrentActorCritic, self.memory).unroll(
-            obs.flatten(2), state, done
-        )
-        return self.distribution_of(out), value, last
+    ) -> tuple[torch.distributions.Distribution, torch.Tensor]:
+        """With memory, a ``[T, N]`` segment from each env's ``state``: the action distributions
+        and the values (:meth:`RecurrentActorCritic.unroll`)."""
+        out, value = cast(RecurrentActorCritic, self.memory).unroll(obs.flatten(2), state, done)
+        return self.distribution_of(out), value

@@ -5,6 +5,7 @@ the trainer's forward over a segment gives back what the collector computed whil
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import flaky_env
 import pytest
@@ -13,7 +14,7 @@ from helpers import ROOT, column, compose_config, rows, run_harness
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.algos.memory import INITIAL_STATE, STATE
+from harness.algos.memory import INITIAL_STATE, STATE, RecurrentActorCritic
 from harness.algos.ppo import PPO, PPOConfig
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import evaluate
@@ -140,14 +141,64 @@ def test_the_trainers_forward_restarts_from_zero_where_an_episode_ended(memory):
     done = torch.zeros(10, 3, dtype=torch.bool)
     done[4, 0] = True
     with torch.no_grad():
-        _, values, _ = policy.unroll(obs, state, done)
-        _, before, _ = policy.unroll(obs[:5, :1], state[:1], done[:5, :1])
+        _, values = policy.unroll(obs, state, done)
+        _, before = policy.unroll(obs[:5, :1], state[:1], done[:5, :1])
         zero = torch.zeros_like(state[:1])
-        _, after, _ = policy.unroll(obs[5:, :1], zero, done[5:, :1])
-        _, carried, _ = policy.unroll(obs[:, :1], state[:1], torch.zeros(10, 1, dtype=torch.bool))
+        _, after = policy.unroll(obs[5:, :1], zero, done[5:, :1])
+        _, carried = policy.unroll(obs[:, :1], state[:1], torch.zeros(10, 1, dtype=torch.bool))
     torch.testing.assert_close(values[:5, 0], before[:, 0])
     torch.testing.assert_close(values[5:, 0], after[:, 0])
     assert not torch.allclose(values[5:, 0], carried[5:, 0], atol=1e-4)
+
+
+def stepped(core: RecurrentActorCritic, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor):
+    """The reference for ``core.unroll``: its cell stepped once per frame, the state zeroed after
+    each step that ended an episode."""
+    features, outs = core.encoder(obs), []
+    for t in range(obs.shape[0]):
+        if t:
+            state = state * (~done[t - 1]).float().unsqueeze(-1)
+        if core.lstm:
+            h, c = core.cell(features[t], tuple(state.chunk(2, -1)))
+            state = torch.cat([h, c], -1)
+        else:
+            h = state = core.cell(features[t], state)
+        outs.append(h)
+    out = torch.stack(outs)
+    return core.actor(out), core.value_head(out).squeeze(-1)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory):
+    """Values, actor outputs and every gradient (weights, recorded states) as the cell stepped once
+    per frame, with ends after the first and the second-to-last step, in the middle, one after
+    another, at every step of one env, at the last step, and none in another env."""
+    core = ppo(memory).policy.memory
+    assert core is not None
+    g = torch.Generator().manual_seed(1)
+    steps, envs = 12, 6
+    obs = torch.randn(steps, envs, 4, generator=g)
+    done = torch.zeros(steps, envs, dtype=torch.bool)
+    done[0, 0] = done[steps - 2, 1] = done[steps - 1, 2] = True
+    done[3:5, 3] = done[6, 0] = done[6, 4] = True
+    done[:, 5] = True
+    results = []
+    for unroll in (core.unroll, partial(stepped, core)):
+        core.zero_grad()
+        state = torch.randn(envs, core.state_size, generator=torch.Generator().manual_seed(2))
+        state.requires_grad_(True)
+        out, values = unroll(obs, state, done)
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+        ((out * weights).sum() + (values * values).sum()).backward()
+        grads = [p.grad.clone() for p in core.parameters()]
+        results.append((out.detach(), values.detach(), state.grad, grads))
+    (out, values, state_grad, grads), (out_ref, values_ref, state_grad_ref, grads_ref) = results
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(values, values_ref)
+    torch.testing.assert_close(state_grad, state_grad_ref)
+    for grad, grad_ref in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(grad, grad_ref)
 
 
 @pytest.mark.unit
