@@ -1,0 +1,370 @@
+"""A chaos run (issue 54, first version): one real job on this node, faults injected from a seed.
+
+The job: async PPO on ``chaos_env:ChaosCartPole-v0`` (CartPole that breaks when told), 1 trainer
++ 4 supervised collectors (``collector.max_restarts``, ``collector.watchdog_s``), under torchrun
+``--max-restarts`` through ``python -m harness.cli.launch``, a checkpoint every
+``--checkpoint-every`` frames, a join port. From its first row on, for ``--duration`` seconds, a
+schedule drawn from ``--seed`` injects one fault at a time, at random times, each after the job
+was whole again from the one before (or a minute passed):
+
+- ``worker_kill``: SIGKILL of a collector's worker (its env-stepping process);
+- ``worker_hang``: SIGSTOP of a worker for ``--hang-s`` (past ``collector.watchdog_s``), then
+  SIGCONT;
+- ``env_raise``, ``env_nan``: an env step that raises, or returns a NaN observation;
+- ``trainer_kill``: SIGKILL of rank 0 (torchrun restarts the group, which resumes);
+- ``refused_launch``: a second launch on the same run directory, refused while the job runs;
+  the run's files are compared by hash before and after (the running job may only append to
+  ``metrics.csv`` and add or rotate checkpoints);
+- ``joiner_kill``: ``harness join`` to the job's port, SIGKILLed once it joined.
+
+Per fault: when it was injected, when the harness noticed (the first log line naming it), when
+the job was whole again. At the end (benchmarks/chaos_report.py): frames asked and trained,
+duplicated or missing rows of ``metrics.csv``, every checkpoint loaded with
+``torch.load(weights_only=True)``, shared-memory segments and processes left behind.
+
+    python benchmarks/chaos.py --seed 1 --duration 240 --json /tmp/chaos.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos_report import final_checks, print_table, rows_of, run_files
+from collector_kills import ancestors, worker_of
+from jobs import job_env
+
+KINDS = (
+    "worker_kill",
+    "worker_hang",
+    "env_raise",
+    "env_nan",
+    "trainer_kill",
+    "refused_launch",
+    "joiner_kill",
+)
+COLLECTORS = 4
+WHOLE_WAIT_S = 60.0  # the longest a fault waits for the job to be whole again from the one before
+
+
+@dataclass
+class Job:
+    """The running job: its launcher, its output lines with their arrival times, its settings."""
+
+    proc: subprocess.Popen
+    run: Path
+    chaos_dir: Path
+    overrides: list[str]
+    env: dict[str, str]
+    port: int
+    tag: str
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    t0: float = 0.0
+
+    def since(self, t: float) -> list[tuple[float, str]]:
+        return [(at, line) for at, line in list(self.lines) if at >= t]
+
+    def wait_line(self, pattern: str, after: float, timeout: float) -> tuple[float, str] | None:
+        """The first output line after ``after`` that matches ``pattern``, waiting for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for at, line in self.since(after):
+                if re.search(pattern, line):
+                    return at, line.strip()
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                return None
+            time.sleep(0.2)
+
+    def rank_pid(self, rank: int) -> int | None:
+        """Rank ``rank``'s process: a child of the launcher whose environment says RANK=rank."""
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and self.proc.pid in ancestors(int(entry.name))[:1]:
+                try:
+                    environ = (entry / "environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if f"RANK={rank}".encode() in environ:
+                    return int(entry.name)
+        return None
+
+
+def process_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_job(tmp: Path, args: argparse.Namespace) -> Job:
+    run, chaos_dir, port, tag = tmp / "run", tmp / "chaos", free_port(), uuid.uuid4().hex
+    chaos_dir.mkdir()
+    overrides = [
+        "env.id=chaos_env:ChaosCartPole-v0",
+        "collector.mode=async",
+        f"topology.join_port={port}",
+        f"seed={args.seed}",
+        f"collector.total_frames={args.frames}",
+        f"collector.max_restarts={args.collector_restarts}",
+        f"collector.watchdog_s={args.watchdog_s}",
+        "collector.max_env_restarts=20",
+        f"checkpoint.every_frames={args.checkpoint_every}",
+        "logger.log_every_frames=2048",
+        "logger.console=false",
+        f"run_dir={run}",
+    ]
+    env = job_env({"CHAOS_DIR": str(chaos_dir), "CHAOS_TAG": tag})
+    cmd = [
+        sys.executable, "-m", "harness.cli.launch", "--standalone",
+        f"--nproc_per_node={1 + COLLECTORS}", f"--max-restarts={args.max_restarts}",
+        "-m", "harness.train", *overrides,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    job = Job(proc, run, chaos_dir, overrides, env, port, tag)
+    output = proc.stdout
+    assert output is not None  # stdout=PIPE
+    threading.Thread(
+        target=lambda: job.lines.extend((time.monotonic(), line) for line in output), daemon=True
+    ).start()
+    return job
+
+
+def schedule(seed: int, duration: float, every: float, kinds: list[str]) -> list[tuple[float, str]]:
+    """Fault times (seconds after the job's first row) and kinds: each kind in turn, in an order
+    drawn from ``seed``, at times drawn uniformly over the duration."""
+    draw = random.Random(seed)
+    count = max(1, round(duration / every))
+    order = draw.sample(kinds, len(kinds))
+    times = sorted(draw.uniform(5.0, duration) for _ in range(count))
+    return [(t, order[i % len(order)]) for i, t in enumerate(times)]
+
+
+def supervised_fault(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """SIGKILL or SIGSTOP/SIGCONT of a random collector's worker."""
+    rank = random.Random(f"{args.seed}-{time.monotonic()}").randint(1, COLLECTORS)
+    pid = worker_of(rank, job.proc.pid)
+    if pid is None:
+        return {"skipped": f"collector rank {rank} has no worker now"}
+    state = process_state(pid)  # R: stepping its envs; S: waiting, between batches
+    at = time.monotonic()
+    if kind == "worker_kill":
+        os.kill(pid, signal.SIGKILL)
+        cause, wait_s = "was killed by SIGKILL", 60.0
+    else:
+        os.kill(pid, signal.SIGSTOP)
+        cause, wait_s = "took no env step", args.hang_s
+    noticed = job.wait_line(rf"collector rank {rank}: its worker \(pid {pid}\) {cause}", at, wait_s)
+    if kind == "worker_hang":
+        time.sleep(max(0.0, at + args.hang_s - time.monotonic()))
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:  # its rank killed it
+            pass
+    record: dict[str, Any] = {
+        "target": f"collector rank {rank} worker pid {pid} ({state})",
+        "at": at,
+    }
+    if noticed:
+        whole = job.wait_line(rf"collector rank {rank}: the replacement's first batch", at, 60)
+        record.update(noticed=noticed, whole=whole)
+    elif kind == "worker_hang" and Path(f"/proc/{pid}").exists():
+        record["note"] = "not noticed: stopped between batches, where no watchdog looks"
+        record["whole"] = (time.monotonic(), "SIGCONT: it went on")
+    return record
+
+
+def env_fault(job: Job, kind: str) -> dict[str, Any]:
+    mode = kind.removeprefix("env_")
+    at = time.monotonic()
+    (job.chaos_dir / mode).touch()
+    pattern = "raised RuntimeError: chaos" if mode == "raise" else "not finite"
+    noticed = job.wait_line(rf"env .*{pattern}.*making it again", at, 60)
+    return {"target": "the first env to look", "at": at, "noticed": noticed, "whole": noticed}
+
+
+def trainer_fault(job: Job) -> dict[str, Any]:
+    pid = job.rank_pid(0)
+    if pid is None:
+        return {"skipped": "no trainer now"}
+    last = rows_of(job.run)[-1:]
+    at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    # The agent's line naming the dead rank is held until the job ends (harness.cli.launch's
+    # HeldWorkerExits): the new attempt's resume is the first word of it.
+    noticed = job.wait_line(r"failed \(exitcode|resumed from", at, 180)
+    resumed = job.wait_line(r"resumed from", at, 180)
+    whole = None
+    if resumed:  # the resumed run's first row
+        count = len(rows_of(job.run))
+        deadline = time.monotonic() + 120
+        while len(rows_of(job.run)) <= count and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if len(rows_of(job.run)) > count:
+            whole = (time.monotonic(), f"the resumed run's first row ({resumed[1]})")
+    record = {"target": f"rank 0 pid {pid}", "at": at, "noticed": noticed, "whole": whole}
+    if resumed and last and (frames := re.search(r"frames (\d+)", resumed[1])):
+        record["frames_redone"] = int(last[0]["frames"]) - int(frames[1])  # logged, then lost
+    return record
+
+
+def refused_fault(job: Job) -> dict[str, Any]:
+    before = run_files(job.run)
+    at = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "harness", "train", "--nproc", "1", *job.overrides],
+        cwd=job.run.parent, env=job.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    end = time.monotonic()
+    after = run_files(job.run)
+    text = out.stdout + out.stderr
+    found = re.search(r"run_dir .* is in use by another launch[^\n]*", text)
+    return {
+        "target": "harness train --nproc 1 on the same run_dir",
+        "at": at,
+        "noticed": (end, found[0][:160]) if found and out.returncode else None,
+        "whole": (end, "the job ran on") if job.proc.poll() is None else None,
+        "exit_status": out.returncode,
+        "changed": changed_files(before, after),
+    }
+
+
+def changed_files(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
+    """Files the refused launch changed: any but what the running owner does meanwhile (append
+    rows to metrics.csv, write new checkpoints and rotate old ones out)."""
+    changed = []
+    for name, data in before.items():
+        now = after.get(name)
+        if now is None and name.startswith("checkpoints/"):
+            continue  # rotated out by the owner
+        if name == "metrics.csv" and now is not None and now.startswith(data):
+            continue
+        if now != data:
+            changed.append(name)
+    changed += [n for n in after if n not in before and not n.startswith(("checkpoints/", "met"))]
+    return changed
+
+
+def joiner_fault(job: Job) -> dict[str, Any]:
+    joiner = subprocess.Popen(
+        [sys.executable, "-m", "harness", "join", f"127.0.0.1:{job.port}"],
+        cwd=job.run.parent, env=job.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    joined = job.wait_line(
+        rf"another launch \([^)]*pid {joiner.pid}\) joined", time.monotonic(), 120
+    )
+    at = time.monotonic()
+    joiner.kill()
+    joiner.wait()
+    if joined is None:
+        return {"target": f"joiner pid {joiner.pid}", "at": at, "note": "it never joined"}
+    noticed = job.wait_line(rf"pid {joiner.pid}\) (dropped|left)", at, 150)
+    return {"target": f"joiner pid {joiner.pid}", "at": at, "noticed": noticed, "whole": noticed}
+
+
+def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    if kind in ("worker_kill", "worker_hang"):
+        return supervised_fault(job, kind, args)
+    if kind.startswith("env_"):
+        return env_fault(job, kind)
+    if kind == "trainer_kill":
+        return trainer_fault(job)
+    if kind == "refused_launch":
+        return refused_fault(job)
+    return joiner_fault(job)
+
+
+def relative(job: Job, record: dict[str, Any], kind: str, planned: float) -> dict[str, Any]:
+    """A fault's record with times in seconds from the job's first row."""
+    out: dict[str, Any] = {"kind": kind, "planned_s": round(planned, 1)}
+    for key, value in record.items():
+        if key == "at":
+            out["injected_s"] = round(value - job.t0, 2)
+        elif key in ("noticed", "whole"):
+            out[f"{key}_s"] = round(value[0] - job.t0, 2) if value else None
+            out[f"{key}_by"] = value[1] if value else None
+        else:
+            out[key] = value
+    return out
+
+
+def chaos(job: Job, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Wait for the first row, then inject the schedule until its end or the job's."""
+    while not rows_of(job.run) and job.proc.poll() is None:
+        time.sleep(0.5)
+    job.t0 = time.monotonic()
+    faults = []
+    for planned, kind in schedule(args.seed, args.duration, args.every, args.kinds):
+        while time.monotonic() - job.t0 < planned and job.proc.poll() is None:
+            time.sleep(0.2)
+        if job.proc.poll() is not None:
+            faults.append({"kind": kind, "planned_s": round(planned, 1), "skipped": "job ended"})
+            continue
+        faults.append(relative(job, inject(job, kind, args), kind, planned))
+        print(json.dumps(faults[-1]), flush=True)
+    return faults
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=1, help="the schedule's and the job's")
+    parser.add_argument("--duration", type=float, default=240.0, help="seconds of faults")
+    parser.add_argument("--every", type=float, default=20.0, help="mean seconds between faults")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--frames", type=int, help="collector.total_frames (default: 1500/s)")
+    parser.add_argument("--checkpoint-every", type=int, default=20480)
+    parser.add_argument("--max-restarts", type=int, default=10, help="torchrun's")
+    parser.add_argument("--collector-restarts", type=int, default=50)
+    parser.add_argument("--watchdog-s", type=float, default=10.0)
+    parser.add_argument("--hang-s", type=float, default=15.0, help="SIGSTOP to SIGCONT")
+    parser.add_argument("--json", help="write the report here")
+    parser.add_argument("--log", help="write the job's output here, each line's time before it")
+    args = parser.parse_args()
+    args.frames = args.frames or int(1500 * args.duration)
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    shm_before = set(os.listdir("/dev/shm"))
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        job = start_job(Path(tmp), args)
+        try:
+            faults = chaos(job, args)
+            job.proc.wait(timeout=args.duration + 900)
+        finally:
+            if job.proc.poll() is None:
+                job.proc.kill()
+        report = final_checks(job, args, faults, shm_before)
+    if args.log:
+        Path(args.log).write_text("".join(f"{at - job.t0:9.2f} {line}" for at, line in job.lines))
+    print_table(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
