@@ -1,9 +1,10 @@
 """CartPole that breaks when told, for benchmarks/chaos.py: the env faults of a chaos schedule.
 
 ``env.id=chaos_env:ChaosCartPole-v0`` (with ``benchmarks/`` on the path) imports this module,
-which registers it. Every ``CHAOS_POLL_STEPS`` steps (default 64) an env looks in the directory
-``CHAOS_DIR`` for a file named ``raise`` or ``nan``; the first env of any process that removes it
-(an unlink succeeds once) breaks on that step: it raises, or returns an observation holding a NaN
+which registers it. Every ``CHAOS_POLL_STEPS`` steps of a process (default 61, a prime: any env
+of a vector may be the one) an env looks in the directory ``CHAOS_DIR`` for a file named
+``raise`` or ``nan``; the first env of any process that removes it (an unlink succeeds once)
+breaks on that step: it raises, or returns an observation holding a NaN
 (which the collector's ``collector.check_obs`` catches). The chaos runner writes the file at a
 random time, so the fault lands in whichever collector steps first. Each step also sleeps
 ``CHAOS_STEP_S`` seconds (default 0.002): time, not CPU, so that the job's pace depends little on
@@ -20,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
 
-POLL = int(os.environ.get("CHAOS_POLL_STEPS", "64"))
+POLL = int(os.environ.get("CHAOS_POLL_STEPS", "61"))
 PAUSE_S = float(os.environ.get("CHAOS_STEP_S", "0.002"))
 
 
