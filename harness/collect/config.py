@@ -90,3 +90,38 @@ class CollectorConfig:
                 f"collector.num_envs={self.num_envs}: every env must take the same "
                 "number of steps per batch"
             )
+
+
+@dataclass
+class EnvpoolConfig:
+    """envpool's own options (``env.backend=envpool``), defaults as CleanRL's
+    ``ppo_atari_envpool.py`` makes its envs (``episodic_life`` and ``reward_clip`` on, the rest
+    envpool's defaults); evaluation plays the same env with ``reward_clip`` off."""
+
+    episodic_life: bool = True  # a lost life ends the learner's episode (the game goes on)
+    reward_clip: bool = True  # rewards clipped to their sign (training; evaluation sees raw ones)
+    noop_max: int = 30  # at most this many no-ops at a game's start
+    use_fire_reset: bool = True  # FIRE after a (re)start in games that have it
+    repeat_action_probability: float = 0.0  # sticky actions (the ALE v5 default is 0.25)
+    full_action_space: bool = False  # all 18 actions, not the game's minimal set
+    max_episode_steps: int = 27_000  # a game's cut-off in agent steps (108,000 frames)
+    # 0: envpool's synchronous mode (every env steps each time); 0 < batch_size < num_envs: its
+    # asynchronous mode, the collector acting on whichever batch_size envs are ready
+    batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 0:
+            raise ValueError(
+                f"env.envpool.batch_size={self.batch_size}: 0 (synchronous) or the envs a step "
+                "acts on, below collector.num_envs (asynchronous)"
+            )
+        if self.noop_max < 0 or self.max_episode_steps < 1:
+            raise ValueError(
+                f"env.envpool.noop_max={self.noop_max} must be >= 0 and "
+                f"env.envpool.max_episode_steps={self.max_episode_steps} >= 1"
+            )
+        if not 0.0 <= self.repeat_action_probability <= 1.0:
+            raise ValueError(
+                "env.envpool.repeat_action_probability="
+                f"{self.repeat_action_probability}: a probability, in [0, 1]"
+            )

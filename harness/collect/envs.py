@@ -259,7 +259,9 @@ def spec_of(envs: gym.vector.VectorEnv) -> EnvSpec:
 
 def reports_games(envs: gym.vector.VectorEnv) -> bool:
     """Whether the envs report whole games apart from the learner's episodes (Atari:
-    harness.collect.pixels)."""
+    harness.collect.pixels; envpool's, harness.collect.envpool_envs)."""
+    if getattr(envs, "reports_games", False):
+        return True
     try:
         return bool(getattr(envs, "envs")[0].get_wrapper_attr("reports_games"))  # noqa: B009  (a SyncVectorEnv's)
     except AttributeError:

@@ -137,8 +137,13 @@ class Evaluation:
         policy: Policy,
         seed: int,
         videos: Optional[VideoSchedule] = None,
+        envs: Optional[gym.vector.SyncVectorEnv] = None,
     ):
-        self.envs = make_eval_envs(env_id, episodes, max_episode_steps, render=videos is not None)
+        """``envs``: made by the caller (envpool's, :mod:`harness.collect.envpool_envs`), else
+        ``episodes`` envs of ``env_id``."""
+        self.envs = envs or make_eval_envs(
+            env_id, episodes, max_episode_steps, render=videos is not None
+        )
         self.policy, self.seed, self.videos = policy, seed, videos
 
     def __call__(self, header: Header) -> EvalResult:

@@ -23,7 +23,8 @@ from harness.algos import (
     check_wire_dtype,
     settle_defaults,
 )
-from harness.collect.config import CollectorConfig
+from harness.collect import envpool_envs
+from harness.collect.config import CollectorConfig, EnvpoolConfig
 from harness.collect.envs import check_env_id, env_spec
 from harness.config import plugins, resolvers
 from harness.core.checkpoint import CheckpointConfig
@@ -69,12 +70,28 @@ class EnvConfig:
 
     id: str = "CartPole-v1"  # gymnasium id
     max_episode_steps: Optional[int] = None  # override the registered time limit
+    # gymnasium: gym.make (Atari through ale-py, by SB3's wrappers' rules); envpool: the Atari envs
+    # through envpool, by its own rules and env.envpool's options (extra .[envpool])
+    backend: str = "gymnasium"
+    envpool: EnvpoolConfig = field(default_factory=EnvpoolConfig)
 
     def __post_init__(self) -> None:
-        check_env_id(self.id)
+        if self.backend not in ("gymnasium", "envpool"):
+            raise ValueError(f"env.backend={self.backend!r}: choose gymnasium or envpool")
+        if self.backend == "gymnasium":
+            check_env_id(self.id)
+            return
+        envpool_envs.check(self.id)
+        if self.max_episode_steps is not None:
+            raise ValueError(
+                "env.max_episode_steps is the gymnasium backend's cut-off; with "
+                "env.backend=envpool set env.envpool.max_episode_steps (agent steps)"
+            )
 
     def spec(self) -> EnvSpec:
         """The env's spaces and time limit, read from one env made for the purpose."""
+        if self.backend == "envpool":
+            return envpool_envs.envpool_spec(self.id, self.envpool)
         return env_spec(self.id, self.max_episode_steps)
 
 
@@ -287,8 +304,26 @@ def load(cfg: DictConfig) -> Config:
         )
     typed = cast(Config, OmegaConf.to_object(cfg))  # composed on base_config: a Config
     check_known_keys(cfg, typed)
+    check_envpool_fits(typed)
     check_algo_fits_env(typed)
     return typed
+
+
+def check_envpool_fits(cfg: Config) -> None:
+    """``env.backend=envpool``'s settings that depend on other sections."""
+    if cfg.env.backend != "envpool":
+        return
+    batch_size, num_envs = cfg.env.envpool.batch_size, cfg.collector.num_envs
+    if batch_size >= num_envs:
+        raise ValueError(
+            f"env.envpool.batch_size={batch_size} with collector.num_envs={num_envs}: 0 "
+            "(synchronous) or fewer envs than the collector has (asynchronous)"
+        )
+    if cfg.eval.video_every:
+        raise ValueError(
+            "eval.video_every with env.backend=envpool: envpool draws no pictures; record videos "
+            "with env.backend=gymnasium (harness evaluate video=true)"
+        )
 
 
 def check_algo_fits_env(cfg: Config) -> None:

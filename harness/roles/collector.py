@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional, Protocol
 
+import gymnasium as gym
 import torch
 from tensordict import TensorDict
 from torch import nn
 
 from harness.algos import algorithm_for
+from harness.collect.async_rollout import AsyncRolloutCollector
+from harness.collect.envpool_envs import EnvpoolEnvs
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation, eval_seed, video_schedule
 from harness.collect.rollout import RolloutCollector
@@ -51,25 +55,30 @@ def make_collector(
     """
     torch.manual_seed(cfg.seed + rank)  # the models' initial weights: sync=none acts with them
     c = cfg.collector
-    envs = make_vec_env(
-        cfg.env.id,
-        c.num_envs,
-        cfg.env.max_episode_steps,
-        c.max_env_restarts,
-        c.check_obs,
-        c.env_step_timeout_s,
-    )
-    spec = spec_of(envs)
+    shift = REPLACEMENT_SEED * incarnation
+    seed = cfg.seed + rank * c.num_envs + shift
+    kind: type[RolloutCollector] = RolloutCollector
+    envs: gym.vector.VectorEnv | EnvpoolEnvs
+    if cfg.env.backend == "envpool":  # one envpool batch on this rank's threads
+        envs = EnvpoolEnvs(cfg.env.id, c.num_envs, cfg.env.envpool, torch.get_num_threads(), seed)
+        if envs.asynchronous:
+            kind = AsyncRolloutCollector
+    else:
+        envs = make_vec_env(
+            cfg.env.id,
+            c.num_envs,
+            cfg.env.max_episode_steps,
+            c.max_env_restarts,
+            c.check_obs,
+            c.env_step_timeout_s,
+        )
+    spec = spec_of(envs)  # type: ignore[arg-type]  # EnvpoolEnvs has the spaces it reads
     algo = algorithm_for(cfg.algo.name, spec)
     models = algo.make_models(cfg.algo, spec)
-    shift = REPLACEMENT_SEED * incarnation
     if incarnation:
         torch.manual_seed(cfg.seed + rank + shift)  # the actions' samples
-    seed = cfg.seed + rank * c.num_envs + shift
     policy = algo.acting_policy(models)
-    collector = RolloutCollector(
-        envs, policy, c.frames_per_batch, seed, algo.needs_next_obs, shared
-    )
+    collector = kind(envs, policy, c.frames_per_batch, seed, algo.needs_next_obs, shared)  # type: ignore[arg-type]
     return collector, models, algo.header_values, spec
 
 
@@ -95,8 +104,20 @@ def make_periodic_evaluation(
         return None
     seed = eval_seed(cfg.seed, 0, cfg.eval.episodes)
     videos = video_schedule(cfg.run_dir, cfg.eval.video_every)
+    envs = None
+    if cfg.env.backend == "envpool":  # envpool's env, reward_clip off, a game per episode
+        options = dataclasses.replace(cfg.env.envpool, batch_size=0)
+        envs = EnvpoolEnvs(
+            cfg.env.id, cfg.eval.episodes, options, torch.get_num_threads(), seed, training=False
+        )
     evaluation = Evaluation(
-        cfg.env.id, cfg.env.max_episode_steps, cfg.eval.episodes, collector.policy, seed, videos
+        cfg.env.id,
+        cfg.env.max_episode_steps,
+        cfg.eval.episodes,
+        collector.policy,
+        seed,
+        videos,
+        envs,  # type: ignore[arg-type]
     )
     return PeriodicEvaluation(evaluation, cfg.eval.every_frames)
 
