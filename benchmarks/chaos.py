@@ -210,8 +210,8 @@ def trainer_fault(job: Job) -> dict[str, Any]:
     last = rows_of(job.run)[-1:]
     at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    # The agent's line naming the dead rank is held until the job ends (harness.cli.launch's
-    # HeldWorkerExits): the new attempt's resume is the first word of it.
+    # The agent names the dead rank at once (harness.cli.launch passes a failure other than a
+    # usage error straight on); the new attempt's resume follows.
     noticed = job.wait_line(r"failed \(exitcode|resumed from", at, 180)
     resumed = job.wait_line(r"resumed from", at, 180)
     whole = None

@@ -81,12 +81,14 @@ def torchrun_arguments(argv: list[str]) -> list[str]:
 class HeldWorkerExits(logging.Filter):
     """What torchrun's agent says of its workers' exits, held until the job has ended. After a
     mistake in the command (every rank exits with status 2; rank 0 has said what it was) it is noise
-    that lists the healthy ranks as failed ones; after any other failure it is shown, as torchrun
-    would."""
+    that lists the healthy ranks as failed ones. A worker that fails otherwise (a crash, a SIGKILL)
+    is news at once, as torchrun says it: under ``--max-restarts`` the job goes on, and its log
+    must name the death when it happened, not at the job's end."""
 
     def __init__(self) -> None:
         super().__init__()
         self.held: list[logging.LogRecord] = []
+        self.releasing = False
         self.handlers: list[logging.Handler] = []
         logger: logging.Logger | None = logging.getLogger(WORKER_EXITS)
         while logger is not None:  # the handlers its records reach
@@ -96,16 +98,35 @@ class HeldWorkerExits(logging.Filter):
             handler.addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith(WORKER_EXITS):
-            self.held.append(record)
-            return False
-        return True
+        if self.releasing or not record.name.startswith(WORKER_EXITS):
+            return True
+        self.held.append(record)
+        if failure_exit_code(record) not in (None, USAGE_ERROR):
+            self.show_held()
+        return False
+
+    def show_held(self) -> None:
+        """Pass on what is held, in order, and hold what comes after."""
+        held, self.held, self.releasing = self.held, [], True
+        try:
+            for record in held:
+                logging.getLogger(record.name).handle(record)
+        finally:
+            self.releasing = False
 
     def release(self) -> None:
         for handler in self.handlers:
             handler.removeFilter(self)
-        for record in self.held:
-            logging.getLogger(record.name).handle(record)
+        self.show_held()
+
+
+def failure_exit_code(record: logging.LogRecord) -> int | None:
+    """The exit status in the agent's ``failed (exitcode: N) local_rank: ...`` line; None for its
+    other lines."""
+    if isinstance(record.msg, str) and record.msg.startswith("failed (exitcode: ") and record.args:
+        code = record.args[0] if isinstance(record.args, tuple) else None
+        return code if isinstance(code, int) else None
+    return None
 
 
 def single_process(argv: list[str]) -> list[str] | None:

@@ -288,15 +288,28 @@ class Supervisor:
         """The worker's end. After the stop it exits by itself, its last message first: a batch it
         hands over before that (it was collecting when its rank saw the stop) is answered, unsent,
         so that it reads the stop next. One that is not gone within ``timeout_s`` (0 when the rank
-        failed) is killed."""
+        failed) is killed, and so is one that shows no sign of life (a message, an env step) for
+        ``collector.watchdog_s``: stopped or hung, it would only hold up the run's end."""
         w, deadline = self.worker, time.monotonic() + timeout_s
+        alive_at = time.monotonic()
         while w.process.is_alive() and (left := deadline - time.monotonic()) > 0:
-            if w.conn in wait([w.conn, w.process.sentinel], timeout=left):
+            if w.conn in wait([w.conn, w.process.sentinel], timeout=min(left, 1.0)):
                 try:
                     if w.conn.recv() == "batch":
                         self._tell("sent")  # the trainer needs no more batches
                 except (EOFError, OSError):
                     break  # it closed its end: it is exiting
+                alive_at = time.monotonic()
+            alive_at = max(alive_at, float(w.heartbeat[0]))
+            if w.process.is_alive() and time.monotonic() - alive_at > self.watchdog_s:
+                log.warning(
+                    "collector rank %d: its worker (pid %s) neither stepped nor exited for %g s "
+                    "after the stop (collector.watchdog_s); its rank killed it",
+                    self.rank,
+                    w.process.pid,
+                    self.watchdog_s,
+                )
+                deadline = time.monotonic()
         w.process.join(max(deadline - time.monotonic(), 0.0))
         if w.process.is_alive():
             w.process.kill()

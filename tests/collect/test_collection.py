@@ -259,16 +259,17 @@ def timeless_rows(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module", params=["sync", "pipelined", "pipelined-gae"])
 def seeded_runs(request, tmp_path_factory) -> tuple[Path, str]:
-    """Three 1+2-rank runs of 8 rounds, a row each: ``a`` and ``b`` with seed 7,
-    ``c`` with seed 8; in sync rounds, or pipelined ones (async collection at a
-    fixed lag of one version: PPO corrects it with V-trace, or, asked to, not)."""
+    """1+2-rank runs of 8 rounds, a row each: ``a`` and ``b`` with seed 7 and, in sync rounds
+    only (another seed changes every mode's rows alike), ``c`` with seed 8; in sync rounds, or
+    pipelined ones (async collection at a fixed lag of one version: PPO corrects it with
+    V-trace, or, asked to, not)."""
     where, mode = tmp_path_factory.mktemp("seeded"), request.param
     options = {
         "sync": [],
         "pipelined": ["collector.pipeline=true"],
         "pipelined-gae": ["collector.pipeline=true", "algo.vtrace=false"],
     }
-    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+    for name, seed in (("a", 7), ("b", 7), ("c", 8))[: 3 if mode == "sync" else 2]:
         args = [
             "debug=tiny",
             f"seed={seed}",
@@ -289,9 +290,10 @@ def test_same_seed_and_layout_reproduce_the_same_rows(seeded_runs):
     assert timeless_rows(where / "a") == timeless_rows(where / "b")
     assert len(timeless_rows(where / "a")) == 8
     assert ("train/vtrace_rho_clipped" in rows(where / "a")[-1]) == (mode == "pipelined")
-    assert [r["train/policy_loss"] for r in rows(where / "c")] != [
-        r["train/policy_loss"] for r in rows(where / "a")
-    ]
+    if mode == "sync":  # and the rows are not the same whatever the seed
+        assert [r["train/policy_loss"] for r in rows(where / "c")] != [
+            r["train/policy_loss"] for r in rows(where / "a")
+        ]
 
 
 @pytest.mark.e2e

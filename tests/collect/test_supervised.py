@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import uuid
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, column, compose_config, launch_env, rows, run_harness, wait_for
 
-from harness.roles.supervisor import describe_exit
+from harness.roles.supervisor import Supervisor, describe_exit
 from harness.sync.shm_files import PREFIX, alive
 
 FLAKY = "flaky_env:FlakyCartPole-v0"
@@ -201,3 +202,20 @@ def test_a_worker_never_outlives_its_rank(workdir):
         30,
         "the killed rank's shared-memory segment to be removed",
     )
+
+
+@pytest.mark.multiprocess
+def test_a_worker_stopped_at_the_runs_end_is_killed_after_watchdog_s_not_waited_for(caplog):
+    """At the stop a rank waits for its worker's exit (up to sync.timeout_s); a worker that shows
+    no sign of life meanwhile (SIGSTOPped here, as a hung one) is killed after
+    collector.watchdog_s instead of holding up the run's end."""
+    cfg = compose_config("debug=tiny", "collector.max_restarts=1", "collector.watchdog_s=1")
+    supervisor = Supervisor(cfg, rank=1, first=False)
+    supervisor.ready()
+    pid = supervisor.worker.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    with caplog.at_level(logging.WARNING):
+        supervisor.close(timeout_s=600)  # the test's own timeout ends it long before, if waited
+    assert not supervisor.worker.process.is_alive()
+    said = f"its worker (pid {pid}) neither stepped nor exited for 1 s after the stop"
+    assert said in caplog.text

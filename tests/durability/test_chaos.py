@@ -18,9 +18,9 @@ def test_a_short_chaos_schedule_is_survived_noticed_and_leaves_nothing_behind(wo
         sys.executable,
         str(ROOT / "benchmarks" / "chaos.py"),
         "--seed=1",
-        "--duration=75",
-        "--every=9",
-        "--frames=150000",
+        "--duration=56",
+        "--every=8",  # seven faults: one of each kind
+        "--frames=100000",
         f"--json={report_path}",
         f"--log={workdir / 'chaos.log'}",
     ]

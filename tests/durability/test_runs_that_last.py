@@ -142,12 +142,14 @@ def test_sigterm_during_start_up_stops_cleanly_at_the_first_update_and_the_run_r
 
 def test_killed_collector_is_restarted_by_torchrun_and_the_run_finishes_clean(workdir):
     before = set(Path("/dev/shm").glob(f"{PREFIX}*"))
-    job = start_harness([*LONG, "sync=shm", "run_dir=run"], workdir, restarts=1)
+    job = start_harness([*LONG, "sync=shm", "run_dir=run"], workdir, restarts=1, launch=True)
     wait_for(lambda: steps(workdir / "run"), 60, "the first checkpoint")
     os.kill(rank_pid(job, 2), signal.SIGKILL)
     out, _ = job.communicate(timeout=300)
     assert job.returncode == 0, out[-3000:]
-    assert "resumed from" in out
+    # torchrun's line naming the death comes when it happens, before the restart resumes
+    died = out.find("failed (exitcode: -9) local_rank: 2")
+    assert -1 < died < out.find("resumed from"), out[-3000:]
     frames = frames_column(workdir / "run")
     assert frames == sorted(set(frames)) and frames[-1] == LONG_FRAMES
     wait_for(
