@@ -26,6 +26,7 @@ import logging
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,6 +40,10 @@ from harness.sync.endpoints import Subscriber
 from harness.sync.shared_memory import ShmSource
 
 PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15  # prctl(2)
+# Out of memory, the kernel kills the process with the highest score: the worker, which its rank
+# replaces (collector.max_restarts), rather than a rank, whose death restarts the whole job. Any
+# process may raise its own score (lowering needs CAP_SYS_RESOURCE).
+OOM_SCORE_ADJ = 500
 
 
 def worker_name(rank: int) -> str:
@@ -50,6 +55,11 @@ def become_worker(rank: int, threads: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_NAME, worker_name(rank).encode())
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    score = Path("/proc/self/oom_score_adj")
+    try:
+        score.write_text(str(max(OOM_SCORE_ADJ, int(score.read_text()))))
+    except OSError:  # no procfs (not Linux): the kernel's own choice stands
+        pass
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, signal.SIG_IGN)
     torch.set_num_threads(threads)

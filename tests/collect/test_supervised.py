@@ -205,14 +205,19 @@ def test_a_worker_never_outlives_its_rank(workdir):
 
 
 @pytest.mark.multiprocess
-def test_a_worker_stopped_at_the_runs_end_is_killed_after_watchdog_s_not_waited_for(caplog):
-    """At the stop a rank waits for its worker's exit (up to sync.timeout_s); a worker that shows
-    no sign of life meanwhile (SIGSTOPped here, as a hung one) is killed after
-    collector.watchdog_s instead of holding up the run's end."""
+def test_the_worker_is_the_oom_killers_pick_and_one_stopped_at_the_end_is_killed_not_waited_for(
+    caplog,
+):
+    """Out of memory, the kernel picks the worker (which its rank replaces) before the rank (whose
+    death restarts the job). At the stop a rank waits for its worker's exit (up to
+    sync.timeout_s); a worker that shows no sign of life meanwhile (SIGSTOPped here, as a hung
+    one) is killed after collector.watchdog_s instead of holding up the run's end."""
     cfg = compose_config("debug=tiny", "collector.max_restarts=1", "collector.watchdog_s=1")
     supervisor = Supervisor(cfg, rank=1, first=False)
     supervisor.ready()
     pid = supervisor.worker.process.pid
+    score = int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+    assert score >= 500 and score > int(Path("/proc/self/oom_score_adj").read_text())
     os.kill(pid, signal.SIGSTOP)
     with caplog.at_level(logging.WARNING):
         supervisor.close(timeout_s=600)  # the test's own timeout ends it long before, if waited
