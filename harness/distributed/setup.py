@@ -7,7 +7,7 @@ it), so each channel gets a group of its own and collectives never interleave.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Optional, Protocol
@@ -32,6 +32,9 @@ class Groups:
     device: torch.device | None = None  # this rank's GPU, when its placement gave it one
     # the weight sync scheme's own group, if it makes one
     scheme_group: dist.ProcessGroup | None = None
+    # the scheme's two-rank groups of trainer 0 and each collector, by collector rank, if it makes
+    # them (collectives pass GroupMember.NON_GROUP_MEMBER to the ranks outside a group)
+    scheme_pairs: dict[int, dist.ProcessGroup] = field(default_factory=dict)
     # the job's store: roll calls that name the ranks a wait waited for
     store: dist.Store | None = None
 

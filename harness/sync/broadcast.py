@@ -24,6 +24,9 @@ names the receivers that had not applied the previous one.
 from __future__ import annotations
 
 import gc
+import itertools
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import cast
 
@@ -35,6 +38,7 @@ from harness.core.packing import flat_region
 from harness.distributed.roll_call import RollCall, ranks_text
 from harness.distributed.waits import Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
+from harness.sync.digest import DigestPlan, PendingDigest, wrap
 from harness.sync.payload import Payload, stamp
 
 # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
@@ -55,7 +59,6 @@ class _BroadcastEnd:
         self.endpoint, self.group = endpoint, group
         self.applied = RollCall(store, APPLIED)  # the versions the receivers applied
         self.bucket_bytes = bucket_bytes
-        self._works: list[dist.Work] = []
         self.payload: Payload | None = None
         self.pieces: list[tuple[int, int]] = []
 
@@ -75,14 +78,26 @@ class BroadcastSink(_BroadcastEnd):
         timeout_s: float,
         store: dist.Store | None,
         bucket_bytes: int = 0,
+        pairs: Sequence[dist.ProcessGroup] = (),
     ):
         super().__init__(endpoint, group, store, bucket_bytes)
         self.timeout_s = timeout_s
+        # where each piece is broadcast: on a two-rank group per receiver at once (their own
+        # threads write to every receiver's socket together), or on the group (Gloo's tree)
+        self.lanes = list(pairs) or [group]
+        self._works: list[list[dist.Work]] = []  # each piece's broadcasts in flight, one per lane
         # the newest version sent, and the one receivers had to apply to take it
         self.sent = self.needed = -1
         self._stream: _Stream | None = None  # once the first write found the source packed
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
+        self.write_digesting(weights, header, None)
+
+    def write_digesting(
+        self, weights: TensorDictBase, header: Header, pending: PendingDigest | None
+    ) -> None:
+        """:meth:`write`, with the version's digest still to take (``pending``): a sink that
+        streams takes it while its first pieces travel, and sends it in the header (last)."""
         self.finish()  # the previous broadcasts still read the buffers
         assert self.payload is not None or self._stream is not None  # open() made one
         self.needed, self.sent = self.sent, header.version
@@ -93,24 +108,51 @@ class BroadcastSink(_BroadcastEnd):
                 self.payload = None  # the full staging copy is no longer needed: free it now,
                 gc.collect()  # not when Python's collector reaches its reference cycles
         if self._stream is not None and self._stream.source is weights:
-            self._stream.header(header)
-            for k, (start, stop) in enumerate(self.pieces):
-                if k >= 2:  # bucket buffer k % 2 is free once broadcast k - 2 is done
-                    self._wait(self._works[k - 2])
-                self._broadcast(self._stream.bucket(k, start, stop))
+            if self._stream.direct:
+                self._send_direct(self._stream, header, pending)
+            else:
+                self._send_double_buffered(self._stream, with_digest(header, pending))
             return
         assert self.payload is not None, "a packed source's sink is fed that source only"
-        self.payload.write(weights, header)
+        self.payload.write(weights, with_digest(header, pending))
         for start, stop in self.pieces:
             self._broadcast(self.payload.buffer[start:stop])
 
+    def _send_direct(self, stream: _Stream, header: Header, pending: PendingDigest | None) -> None:
+        """Every piece but the last straight from the source's bytes, no copy; the digest taken
+        while they travel; the last piece, with the header, from the one bucket buffer. Returns
+        once the source's own bytes are sent: the trainer may change them after."""
+        last = len(self.pieces) - 1
+        for k, (start, stop) in enumerate(self.pieces[:last]):
+            self._broadcast(stream.piece(k, start, stop))
+        stream.header(with_digest(header, pending))
+        self._broadcast(stream.piece(last, *self.pieces[last]))
+        for works in self._works[:last]:
+            for work in works:
+                self._wait(work)
+
+    def _send_double_buffered(self, stream: _Stream, header: Header) -> None:
+        """A source the transport cannot read (a GPU's): piece k copied into bucket buffer k % 2
+        while piece k - 1 travels from the other."""
+        stream.header(header)
+        for k, (start, stop) in enumerate(self.pieces):
+            if k >= 2:  # bucket buffer k % 2 is free once broadcast k - 2 is done
+                for work in self._works[k - 2]:
+                    self._wait(work)
+            self._broadcast(stream.piece(k, start, stop))
+
     def _broadcast(self, piece: torch.Tensor) -> None:
-        work = dist.broadcast(piece, src=self.endpoint.rank, group=self.group, async_op=True)
-        self._works.append(cast(dist.Work, work))
+        rank = self.endpoint.rank
+        self._works.append(
+            [
+                cast(dist.Work, dist.broadcast(piece, src=rank, group=lane, async_op=True))
+                for lane in self.lanes
+            ]
+        )
 
     def finish(self) -> None:
         works, self._works = self._works, []
-        for work in works:
+        for work in itertools.chain.from_iterable(works):
             self._wait(work)
 
     def _wait(self, work: dist.Work) -> None:
@@ -140,9 +182,11 @@ class BroadcastSink(_BroadcastEnd):
 
 
 class _Stream:
-    """A sink's plan for a source packed as the payload: the source's bytes, two bucket buffers
-    and the header on its own (a few bytes, copied in behind the last bucket's weights), in place
-    of a full staging payload."""
+    """A sink's plan for a source packed as the payload, in place of a full staging payload: the
+    source's bytes, the header on its own (a few bytes, copied in behind the last piece's
+    weights) and bucket buffers. A CPU source is sent straight from its bytes (``direct``), but
+    for its last piece, which goes from one bucket buffer with the header; a GPU source is copied
+    into two bucket buffers in turn."""
 
     def __init__(
         self,
@@ -163,11 +207,13 @@ class _Stream:
             return self.header_bytes[at : at + t.nbytes].view(t.dtype).view(t.shape)
 
         self.header_td = cast(TensorDictBase, payload.td["header"].apply(view))
-        size = max(b - a for a, b in payload.pieces(bucket_bytes))
+        pieces = payload.pieces(bucket_bytes)
+        self.direct = source_bytes.device.type == "cpu" and buffer.device.type == "cpu"
+        size = pieces[-1][1] - pieces[-1][0] if self.direct else max(b - a for a, b in pieces)
         pin = buffer.is_pinned()
         self.buckets = [
             torch.empty(size, dtype=torch.uint8, device=buffer.device, pin_memory=pin)
-            for _ in range(2)
+            for _ in range(1 if self.direct else 2)
         ]
 
     @classmethod
@@ -178,10 +224,17 @@ class _Stream:
     def header(self, header: Header) -> None:
         stamp(self.header_td, header, self.value_names)
 
+    def piece(self, k: int, start: int, stop: int) -> torch.Tensor:
+        """What piece ``k``, the payload's bytes ``start:stop``, is sent from: the source's own
+        bytes where it is direct and the header is not in it, else a bucket buffer."""
+        if self.direct and stop <= self.header_offset:
+            return self.source_bytes[start:stop]
+        return self.bucket(k, start, stop)
+
     def bucket(self, k: int, start: int, stop: int) -> torch.Tensor:
-        """Bucket buffer ``k % 2`` holding the payload's bytes ``start:stop``: the source's, and
-        the header's where they reach it; copied in full."""
-        bucket = self.buckets[k % 2][: stop - start]
+        """Bucket buffer ``k`` (of one or two, in turn) holding the payload's bytes
+        ``start:stop``: the source's, and the header's where they reach it; copied in full."""
+        bucket = self.buckets[k % len(self.buckets)][: stop - start]
         source = self.source_bytes[start:stop]  # the weights' last padding bytes are not there
         bucket[: source.numel()].copy_(source)  # blocking, also from a GPU
         if stop > self.header_offset:
@@ -191,7 +244,10 @@ class _Stream:
 
 class BroadcastSource(_BroadcastEnd):
     """A receiver's end (a :class:`~harness.sync.contract.Source`): the
-    broadcast lands in its payload, which is its staging buffer."""
+    broadcast lands in its payload, which is its staging buffer. With
+    :meth:`digest_on_arrival` it digests each piece as it lands, while the next
+    one travels, when it waits for a version (not when it polls: then every
+    piece is in, and the subscriber digests what its models hold)."""
 
     def __init__(
         self,
@@ -204,56 +260,79 @@ class BroadcastSource(_BroadcastEnd):
         super().__init__(endpoint, group, store, bucket_bytes)
         self.root = root
         self.version = -1  # the newest version applied
+        self._receives: list[dist.Work] = []  # one per piece, in order
+        self._plan: DigestPlan | None = None  # where to find the weights in the staging payload
+        self.arrived: tuple[int, int] | None = None  # (version, digest of its bytes as they landed)
 
     def open(self, make_payload: PayloadFactory) -> None:
         super().open(make_payload)
         self._post()
 
+    def digest_on_arrival(self, live_schema: list[str]) -> None:
+        """Digest each version's pieces as they land (``sync.verify=every``), where they land
+        laid out as the live payload (``live_schema``; not with a wire dtype, whose digest is
+        that of the weights cast back)."""
+        assert self.payload is not None  # open() made it
+        if self.payload.schema == live_schema:
+            self._plan = DigestPlan.of(self.payload.weight_views, self.payload.buffer)
+
     def _post(self) -> None:
         assert self.payload is not None  # open() made it
         buffer = self.payload.buffer
-        self._works = [
+        self._receives = [
             cast(
                 dist.Work,
                 dist.broadcast(buffer[a:b], src=self.root, group=self.group, async_op=True),
             )
             for a, b in self.pieces
         ]
+        self._landed, self._sum = 0, 0  # pieces digested as they landed, and their parts' sum
         self.applied.mark(self.endpoint.rank, self.version)  # ready for the one after it
 
     @property
     def exhausted(self) -> bool:
         """The publisher sent its stop; nothing more will come."""
-        return not self._works
+        return not self._receives
 
     def _apply(self, live: Payload) -> Header:
         assert self.payload is not None  # open() made it
         header = self.payload.header()
+        whole = self._plan is not None and self._landed == len(self.pieces)
+        self.arrived = (header.version, wrap(self._sum)) if whole else None
         live.copy_from(self.payload)
         self.version = header.version
         if header.stop:
-            self._works = []
+            self._receives = []
         else:
             self._post()
         return header
 
     def poll_into(self, live: Payload) -> Header | None:
-        if not self._works or not all(w.is_completed() for w in self._works):
+        if not self._receives or not all(w.is_completed() for w in self._receives):
             return None
         return self.wait_into(live, timeout_s=1.0)
 
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
-        assert self._works  # callers check exhausted (no receive posted) first
+        assert self._receives  # callers check exhausted (no receive posted) first
+        assert self.payload is not None  # open() made it
         wait = Wait(timeout_s)
         try:
-            for work in self._works:  # the pieces land in order; the header last
+            for k, work in enumerate(self._receives):  # the pieces land in order; the header last
                 work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
+                if self._plan is not None and k == self._landed:  # while piece k + 1 travels
+                    self._sum += self._plan.part(self.payload.buffer, *self.pieces[k])
+                    self._landed += 1
         except RuntimeError as e:
-            self._works = []
+            self._receives = []
             raise SyncError(
                 f"the broadcast from rank {self.root} ended {wait.seconds:.1f} s in: {e}"
             ) from e
         return self._apply(live)
 
     def close(self) -> None:
-        self._works = []
+        self._receives = []
+
+
+def with_digest(header: Header, pending: PendingDigest | None) -> Header:
+    """``header`` carrying the version's digest, when it has one to carry."""
+    return header if pending is None else replace(header, digest=pending.value)

@@ -89,9 +89,10 @@ class Scheme(Protocol):
     gpu_collectors: bool
 
     def make_groups(self, groups: Groups, layout: Layout, wait_s: float) -> None:
-        """Add the process groups of its own to ``groups`` (``groups.scheme_group``), on every rank,
-        in the same order, right after the job's own groups; ``wait_s`` is the longest wait the
-        harness bounds itself on them. Most schemes need none (:func:`no_groups`)."""
+        """Add the process groups of its own to ``groups`` (``groups.scheme_group``,
+        ``groups.scheme_pairs``), on every rank, in the same order, right after the job's own
+        groups; ``wait_s`` is the longest wait the harness bounds itself on them. Most schemes
+        need none (:func:`no_groups`)."""
 
     def make_publisher(
         self, endpoint: Endpoint, cfg: SyncSettings, groups: Groups

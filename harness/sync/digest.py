@@ -15,7 +15,8 @@ not a cryptographic hash: it detects corruption and mix-ups, not an adversary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -86,3 +87,111 @@ def _small_part(
         sums.index_add_(0, slots.repeat_interleave(counts), torch.cat(pieces))
     weights = torch.tensor(positions, device=device) * 2 + 1
     return (sums * weights).sum()
+
+
+def wrap(value: int) -> int:
+    """``value`` as a signed 64-bit word, as :func:`digest` returns it (its sums wrap)."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+class DigestPlan:
+    """:func:`digest` of tensors that view one buffer, taken range by range: the digest is a
+    weighted sum, so the parts of any ranges that cover the weights add up to it (wrapped, see
+    :func:`wrap`). A sender digests a range while the next one travels, a receiver while it copies
+    it (the bytes read once, while in cache). Every tensor must start 8 bytes into the buffer
+    (packed payloads do: :func:`harness.core.packing.buffer_of`), so a range cut at a multiple of
+    8 cuts between words."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]):
+        self.spans = sorted(spans)  # (offset in the buffer, bytes, the first chunk's position)
+        self.starts = [offset for offset, _, _ in self.spans]
+
+    @classmethod
+    def of(cls, tensors: Iterable[torch.Tensor], buffer: torch.Tensor) -> DigestPlan | None:
+        """The plan of ``tensors`` (in digest order) in ``buffer``; None where one is not a
+        contiguous, 8-byte aligned view of it."""
+        base, end, spans, position = buffer.data_ptr(), buffer.numel(), [], 0
+        for t in tensors:
+            offset = t.data_ptr() - base
+            if not t.is_contiguous() or offset % 8 or offset < 0 or offset + t.nbytes > end:
+                return None
+            spans.append((offset, t.nbytes, position))
+            position += t.nbytes // 8 // CHUNK_WORDS + 1  # as digest() counts its chunks
+        return cls(spans)
+
+    def part(self, buffer: torch.Tensor, start: int, stop: int) -> int:
+        """The digest's part from bytes ``start:stop`` of ``buffer`` (laid out as planned);
+        ``start`` and ``stop`` multiples of 8, or ``stop`` the buffer's end."""
+        total = 0
+        small: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] = ([], [], [])
+        for i in range(max(bisect.bisect_right(self.starts, start) - 1, 0), len(self.spans)):
+            offset, nbytes, position = self.spans[i]
+            if offset >= stop:
+                break
+            a, b = max(start - offset, 0), min(stop - offset, nbytes)
+            if a >= b:
+                continue
+            whole = nbytes // 8 * 8
+            raw = buffer[offset + a : offset + b]
+            words = raw[: max(min(b, whole) - a, 0)].view(torch.int64)
+            tail = raw[max(whole - a, 0) :].to(torch.int64)
+            if whole // 8 < CHUNK_WORDS:  # one chunk: summed with the others like it
+                for into, value in zip(small, (words, tail, position)):
+                    into.append(value)  # type: ignore[arg-type]
+                continue
+            total += _chunked_part(words, a // 8, tail, whole // 8, position)
+        if small[2]:
+            total += int(_small_part(*small))
+        return total
+
+
+def _chunked_part(
+    words: torch.Tensor, first: int, tail: torch.Tensor, count: int, position: int
+) -> int:
+    """A large tensor's part: its words ``first:first + len(words)`` of ``count`` summed per chunk
+    and weighted by the chunk's position, and its tail bytes (in its last chunk)."""
+    head = min(-first % CHUNK_WORDS, words.numel())
+    rest = words[head:]
+    full = rest.numel() // CHUNK_WORDS
+    sums = [words[:head].sum().reshape(1)] if head else []
+    sums += [rest[: full * CHUNK_WORDS].view(full, CHUNK_WORDS).sum(dim=1)] if full else []
+    sums += [rest[full * CHUNK_WORDS :].sum().reshape(1)] if rest.numel() % CHUNK_WORDS else []
+    total = 0
+    if sums:
+        chunk = first // CHUNK_WORDS
+        weights = torch.arange(chunk, chunk + sum(s.numel() for s in sums)) * 2 + 1 + 2 * position
+        total += int((torch.cat(sums) * weights).sum())
+    if tail.numel():
+        total += int(tail.sum() * (2 * (position + count // CHUNK_WORDS) + 1))
+    return total
+
+
+class PendingDigest:
+    """A version's digest, taken at most once: by the first sink that needs it (a sink that streams
+    takes it while its first pieces travel), or handed over by a sink that took it on the way (an
+    shm writer, folded into its copy)."""
+
+    def __init__(self, compute: Callable[[], int]):
+        self._compute = compute
+        self._value: int | None = None
+
+    @property
+    def value(self) -> int:
+        if self._value is None:
+            self._value = self._compute()
+        return self._value
+
+    def provide(self, value: int) -> None:
+        self._value = value
+
+
+def copy_digesting(target: torch.Tensor, source: torch.Tensor, plan: DigestPlan, block: int) -> int:
+    """Copy ``source`` into ``target`` (uint8 buffers of one size) ``block`` bytes at a time and
+    return the digest of what ``target`` holds, each block digested right after its copy, while
+    it is still in the cache: the bytes come from memory once, not twice."""
+    total = 0
+    for start in range(0, target.numel(), block):
+        stop = min(start + block, target.numel())
+        target[start:stop].copy_(source[start:stop])
+        total += plan.part(target, start, stop)
+    return wrap(total)

@@ -30,7 +30,7 @@ from harness.sync.contract import (
     WeightPublisher,
     WeightSubscriber,
 )
-from harness.sync.digest import digest, verified
+from harness.sync.digest import PendingDigest, digest, verified
 from harness.sync.payload import DEVICE_TO_HOST, Payload, staging_path, weights_of
 
 
@@ -98,10 +98,19 @@ class Publisher(WeightPublisher):
         gc.collect()
 
     def publish(self, header: Header) -> None:
+        pending = None
         if verified(self.verify, header.version):
-            header = replace(header, digest=digest(map(self.as_held, leaf_tensors(self.source))))
+            pending = PendingDigest(lambda: digest(map(self.as_held, leaf_tensors(self.source))))
         for sink in self.sinks:
-            sink.write(self.source, header)
+            # A sink that can take the digest on the way (while its first pieces travel, or folded
+            # into its copy) is handed it pending; the others get it in the header.
+            write_digesting = getattr(sink, "write_digesting", None)
+            if pending is not None and write_digesting is not None:
+                write_digesting(self.source, header, pending)
+            elif pending is not None:
+                sink.write(self.source, replace(header, digest=pending.value))
+            else:
+                sink.write(self.source, header)
 
     def as_held(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` as a collector's model holds it: rounded through the wire dtype, if one is set
@@ -172,14 +181,21 @@ class Subscriber(WeightSubscriber):
             sink.open(make_payload)
         self.before_source()
         self.source.open(make_payload)
+        digest_on_arrival = getattr(self.source, "digest_on_arrival", None)
+        if self.verify == "every" and digest_on_arrival is not None:
+            digest_on_arrival(self.live.schema)  # each piece while the next travels
         self.live.bind(models)
         gc.collect()  # the schema check's full-size payload, in reference cycles (see Publisher)
 
     def _applied(self, header: Header) -> Header:
         assert header.version >= self.version, "versions went backwards"
         if verified(self.verify, header.version):
-            # what the models read now: the live buffer, or the segment slot they alias
-            held = digest(self.live.bound)
+            # what arrived, digested as it landed; else what the models read now: the live
+            # buffer, or the segment slot they alias
+            arrived = getattr(self.source, "arrived", None)
+            held = (
+                arrived[1] if arrived and arrived[0] == header.version else digest(self.live.bound)
+            )
             if held != header.digest:
                 raise CorruptWeightsError(
                     f"{self.endpoint}: the weights of version {header.version} from "

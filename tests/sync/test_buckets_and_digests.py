@@ -13,7 +13,7 @@ from test_sync_schemes import ONE_NODE, TWO_NODES, check_versions, connect, publ
 from harness.sync import Header, SyncError
 from harness.sync.broadcast import _Stream
 from harness.sync.config import SyncConfig
-from harness.sync.digest import CHUNK_WORDS, digest, verified
+from harness.sync.digest import CHUNK_WORDS, DigestPlan, digest, verified, wrap
 from harness.sync.payload import Payload
 from harness.testing.spawn import run_ranks
 
@@ -38,23 +38,24 @@ def flip_a_byte(buffer: torch.Tensor) -> None:
 
 
 def corrupting_publisher(rank, world, scheme, streamed):
-    """Trainer 0 flips one byte of what it sends after the digest is taken: in the bucket it
-    streams, or in the payload it stages (a shared-memory slot for shm, the store's value for the
-    plugin ``toy_store``)."""
+    """Trainer 0 flips one byte of what it sends after the digest is taken: in the first piece it
+    streams (sent from a copy: the trainer's own weights stay as they are), or in the payload it
+    stages (a shared-memory slot for shm, the store's value for the plugin ``toy_store``)."""
     if scheme == "toy_store":
         import toy_scheme  # noqa: F401  (a plugin, as HARNESS_PLUGINS imports it: adds the scheme)
     sync = {"verify": "every"} | (BUCKETS if streamed else {})
     if rank == 0:
         if streamed:
-            original = _Stream.bucket
+            original = _Stream.piece
 
-            def bucket(self, k, start, stop):
+            def piece(self, k, start, stop):
                 out = original(self, k, start, stop)
                 if k == 0:
+                    out = out.clone()
                     flip_a_byte(out)
                 return out
 
-            _Stream.bucket = bucket  # type: ignore[method-assign]
+            _Stream.piece = piece  # type: ignore[method-assign]
         else:
             write = Payload.write
 
@@ -141,6 +142,26 @@ def test_tensors_within_a_chunk_digest_as_the_definition_written_out():
         )
         expected += (2 * position + 1) * (words + sum(raw[whole:]))
     assert digest(tensors) == (expected + 2**63) % 2**64 - 2**63
+
+
+@pytest.mark.unit
+def test_the_digest_taken_range_by_range_is_the_digest():
+    """A sender digests a piece while the next travels, a receiver each piece as it lands: the
+    parts of any ranges cut at multiples of 8 bytes add up to the digest of the whole."""
+    gen = torch.Generator().manual_seed(2)
+    models = {
+        "policy": torch.nn.Sequential(torch.nn.Linear(300, 1000), torch.nn.Linear(1000, 3)),
+        "obs_norm": torch.nn.Linear(3, 1, dtype=torch.float64),
+    }
+    models["policy"][0].weight.data = torch.randn(3 * CHUNK_WORDS + 11, generator=gen)  # chunked
+    payload = Payload.from_models(models)
+    plan = DigestPlan.of(payload.weight_views, payload.buffer)
+    assert plan is not None
+    reference, end = digest(payload.weight_views), payload.header_offset
+    for step in (8, 256, 8 * 1000, 8 * CHUNK_WORDS - 8, end):
+        cuts = [*range(0, end, step), end]
+        parts = [plan.part(payload.buffer, a, b) for a, b in itertools.pairwise(cuts)]
+        assert wrap(sum(parts)) == reference, step
 
 
 @pytest.mark.unit
