@@ -2,10 +2,13 @@
 
     python benchmarks/collect.py --json bench-collect.json
 
-For CartPole-v1 and HalfCheetah-v5 (8 envs, the default PPO MLP policy):
+For CartPole-v1 and HalfCheetah-v5 (8 envs, the default PPO MLP policy), and Breakout on
+``env.backend=envpool`` (8 envs, PPO's Nature CNN; ``envpool/Breakout-v5`` in envpool's synchronous
+mode, ``envpool-async/Breakout-v5`` in its asynchronous mode, 4 envs a step; the envpool extra):
 
-- ``bare/<env>``: the limit: gymnasium ``SyncVectorEnv`` and the same
-  policy's forward pass, no harness;
+- ``bare/<env>``: the limit: gymnasium ``SyncVectorEnv`` (envpool: ``envpool.make`` with
+  CleanRL's arguments, on the collector's threads, stepped with ``step``, or with ``recv`` and
+  ``send`` as Cleanba steps it) and the same policy's forward pass, no harness;
 - ``collector/<env>``: a real collector rank (``run_collector``, async mode,
   polling for weights before every step, sending packed batches over the data
   channel) feeding a trainer rank that discards every batch.
@@ -53,18 +56,28 @@ from harness.sync import Header, make_publisher
 from harness.testing.spawn import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
-ENVS = {"CartPole-v1": "cartpole", "HalfCheetah-v5": "halfcheetah"}
+# case -> the env's overrides
+ENVS = {
+    "CartPole-v1": ["env=cartpole"],
+    "HalfCheetah-v5": ["env=halfcheetah"],
+    "envpool/Breakout-v5": ["env=breakout", "env.backend=envpool"],
+    "envpool-async/Breakout-v5": [
+        "env=breakout",
+        "env.backend=envpool",
+        "env.envpool.batch_size=4",
+    ],
+}
 NUM_ENVS, STEPS = 8, 64
 
 
-def config(env_name: str):
+def config(env_case: str):
     register_configs()
     with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
         return load(
             compose(
                 "config",
                 overrides=[
-                    f"env={env_name}",
+                    *ENVS[env_case],
                     "collector.mode=async",
                     f"collector.num_envs={NUM_ENVS}",
                     f"collector.frames_per_batch={NUM_ENVS * STEPS}",
@@ -77,6 +90,8 @@ def config(env_name: str):
 @torch.no_grad()
 def bare(env_id: str, frames: int) -> tuple[float, float]:
     """Frames per second of wall-clock time, and per second of this process's CPU time."""
+    if env_id.startswith("envpool"):
+        return bare_envpool(env_id, frames)
     envs = make_vec_env(env_id, NUM_ENVS)
     policy = PPO.make_policy(PPOConfig(), spec_of(envs))
     obs, _ = envs.reset(seed=0)
@@ -91,6 +106,45 @@ def bare(env_id: str, frames: int) -> tuple[float, float]:
     return frames / (time.perf_counter() - start), frames / (time.process_time() - cpu)
 
 
+@torch.no_grad()
+def bare_envpool(case: str, frames: int) -> tuple[float, float]:
+    """envpool called directly as CleanRL's ``ppo_atari_envpool.py`` makes it, on this process's
+    threads, and the Nature CNN's forward: ``step`` (synchronous), or ``recv``/``send`` of
+    ``batch_size`` envs (asynchronous)."""
+    import envpool
+
+    cfg = config(case)
+    policy = PPO.make_policy(PPOConfig(), cfg.env.spec())
+    batch_size = cfg.env.envpool.batch_size or NUM_ENVS
+    envs = envpool.make(
+        "Breakout-v5",
+        env_type="gymnasium",
+        num_envs=NUM_ENVS,
+        batch_size=batch_size,
+        num_threads=torch.get_num_threads(),
+        episodic_life=True,
+        reward_clip=True,
+        seed=0,
+    )
+    synchronous = batch_size == NUM_ENVS
+    if synchronous:
+        obs, _ = envs.reset()
+    else:
+        envs.async_reset()
+    policy(torch.zeros(batch_size, *cfg.env.spec().obs_shape, dtype=torch.uint8))  # warm
+    start, cpu = time.perf_counter(), time.process_time()
+    if synchronous:
+        for _ in range(frames // NUM_ENVS):
+            obs, *_ = envs.step(policy(torch.from_numpy(obs))["action"].numpy())
+    else:
+        for _ in range(frames // batch_size):
+            obs, *_, info = envs.recv()
+            envs.send(policy(torch.from_numpy(obs))["action"].numpy(), info["env_id"])
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    envs.close()
+    return frames / wall, frames / cpu
+
+
 def collector_job(
     rank: int, world: int, env_id: str, batches: int
 ) -> list[tuple[float, float]] | None:
@@ -98,7 +152,7 @@ def collector_job(
     again, in one process: the reference is measured next to the collector.
     Each: (frames per wall-clock second, frames per CPU second of the process)."""
     torch.set_num_threads(1)
-    cfg = config(ENVS[env_id])
+    cfg = config(env_id)
     layout = Layout.from_env(1)
     groups = init_distributed(layout, 60)
     if rank == 1:
@@ -122,7 +176,8 @@ def collector_job(
             (frames / (wall_end - wall), frames / (cpu_end - cpu)),
             bare(env_id, batches * NUM_ENVS * STEPS),
         ]
-    policy = PPO.make_policy(cfg.algo, spec_of(make_vec_env(cfg.env.id, 1)))
+    spec = cfg.env.spec()
+    policy = PPO.make_policy(cfg.algo, spec)
     publisher = make_publisher(cfg.sync, 0, groups)
     publisher.connect({"policy": policy})
     from harness.collect.rollout import batch_template
@@ -131,7 +186,7 @@ def collector_job(
         groups.data,
         0,
         [1],
-        batch_template(policy, spec_of(make_vec_env(cfg.env.id, 1)).obs_shape, STEPS, NUM_ENVS),
+        batch_template(policy, spec.obs_shape, STEPS, NUM_ENVS, obs_dtype=spec.obs_dtype),
         60,
     )
     publisher.publish(Header(0))
@@ -218,7 +273,7 @@ def main() -> None:
     rows = []
     for env_id in args.envs:
         try:
-            make_vec_env(env_id, 1).close()
+            config(env_id)  # the env's extra is installed
         except ValueError as e:
             print(f"skipping {env_id}: {e}")
             continue

@@ -18,13 +18,16 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
+import torch
 from omegaconf import OmegaConf
 
 from harness.cli.policies import load_policy
 from harness.cli.usage import HELP_FLAGS, UsageError, command
+from harness.collect.config import EnvpoolConfig
+from harness.collect.envpool_envs import EnvpoolEnvs
 from harness.collect.evaluate import eval_seed, evaluate, make_eval_envs
 from harness.core import checkpoint
 from harness.metrics import video
@@ -103,10 +106,24 @@ def checkpoint_at(run_dir: Path, step: int) -> Path:
     return path
 
 
+def eval_envs(run_cfg: Any, episodes: int, seed: int, render: bool) -> Any:
+    """The run's env made for evaluation: envpool's for an ``env.backend=envpool`` run (raw
+    rewards, a game an episode, :mod:`harness.collect.envpool_envs`), else gymnasium's."""
+    env = run_cfg.env
+    if env.get("backend", "gymnasium") != "envpool":
+        return make_eval_envs(env.id, episodes, env.get("max_episode_steps"), render=render)
+    if render:
+        raise UsageError(
+            "video=true: this run played envpool (env.backend=envpool), which draws no pictures"
+        )
+    options = EnvpoolConfig(**{**OmegaConf.to_container(env.envpool), "batch_size": 0})  # type: ignore[dict-item]
+    return EnvpoolEnvs(env.id, episodes, options, torch.get_num_threads(), seed, training=False)
+
+
 def run(options: Options) -> list[float]:
     """Evaluate as ``options`` say; prints the result and returns every episode's return."""
     run_cfg = OmegaConf.load(options.run_dir / "config.yaml")
-    env_id, max_steps = run_cfg.env.id, run_cfg.env.get("max_episode_steps")
+    env_id = run_cfg.env.id
     if options.step is None and not any(checkpoint.checkpoint_dir(options.run_dir).glob("step-*")):
         raise SystemExit(
             f"{options.run_dir} has no checkpoint yet: trainer 0 writes one every "
@@ -122,11 +139,11 @@ def run(options: Options) -> list[float]:
         raise SystemExit(f"{options.run_dir}: {e}") from None
     episodes = int(run_cfg.eval.episodes) if options.episodes is None else options.episodes
     seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)
-    envs = make_eval_envs(env_id, episodes, max_steps, render=options.video)
+    envs = eval_envs(run_cfg, episodes, seed, options.video)
     frames: Optional[list[np.ndarray]] = [] if options.video else None
     try:
         returns = evaluate(policy, envs, seed, values, frames)
-        fps = envs.envs[0].metadata.get("render_fps") or 30
+        fps = (envs.envs[0].metadata.get("render_fps") or 30) if frames is not None else 30
     finally:
         envs.close()
     name = Path(info["policy"]).name

@@ -100,7 +100,7 @@ class EnvpoolConfig:
 
     episodic_life: bool = True  # a lost life ends the learner's episode (the game goes on)
     reward_clip: bool = True  # rewards clipped to their sign (training; evaluation sees raw ones)
-    noop_max: int = 30  # at most this many no-ops at a game's start
+    noop_max: int = 30  # a game starts with 0 to noop_max - 1 single-frame no-ops (envpool's draw)
     use_fire_reset: bool = True  # FIRE after a (re)start in games that have it
     repeat_action_probability: float = 0.0  # sticky actions (the ALE v5 default is 0.25)
     full_action_space: bool = False  # all 18 actions, not the game's minimal set

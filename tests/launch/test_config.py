@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,8 @@ def test_every_config_in_a_group_composes(group, tmp_path):
     for name in names:
         if name == "nccl" and not torch.cuda.is_available():
             continue  # refused without CUDA, by design (tests/sync/test_sync_schemes.py)
+        if "envpool" in name and importlib.util.find_spec("envpool") is None:
+            continue  # the envpool extra installs nothing where envpool has no wheel
         overrides = [f"{group}={name}"] + (
             ["env=pendulum"] if group == "algo" and name in ("sac", "td3") else []
         )
