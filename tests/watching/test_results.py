@@ -94,6 +94,8 @@ def test_each_atari_row_names_its_env_rules_and_the_figure_published_for_those_r
     assert sc.PRESETS["dqn_atari"].score.startswith("366.9 ± 39.9 ")  # CleanRL dqn.md, 10M
     assert sc.PRESETS["ppo_atari_pong"].score.startswith("20.4 ± 0.2 ")
     assert "dqn_atari.py" in sc.PRESETS["dqn_atari"].task
+    # CleanRL docs/benchmark/ppo_atari_envpool.md, 10M
+    assert sc.PRESETS["ppo_atari_envpool"].score.startswith("211.2 ± 151.8 ")
 
 
 def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path):

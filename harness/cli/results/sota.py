@@ -82,6 +82,15 @@ PRESETS = {
     "ppo_atari_pong": sb3_atari(
         "PPO", "Pong", "ppo_atari.py", "20.4 ± 0.2", ("experiment=ppo_atari", "env=pong")
     ),
+    # env.backend=envpool: envpool's rules, so ppo_atari_envpool.py's figure (CleanRL
+    # docs/benchmark/ppo_atari_envpool.md, 3 seeds at 10M)
+    "ppo_atari_envpool": Published(
+        "PPO",
+        "Breakout (envpool, its rules as CleanRL ppo_atari_envpool.py)",
+        "211.2 ± 151.8 (CleanRL ppo_atari_envpool.py, Breakout-v5)",
+        10_000_000,
+        nproc=3,
+    ),
 }
 
 
