@@ -40,6 +40,8 @@ import mmap
 import os
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
@@ -48,6 +50,7 @@ from tensordict import TensorDictBase
 
 from harness.sync import futex
 from harness.sync.contract import Header, PayloadFactory, SyncError
+from harness.sync.digest import PendingDigest
 from harness.sync.payload import Payload
 from harness.sync.shm_files import alive, new_name, remove_stale_segments, reserve
 
@@ -202,6 +205,7 @@ class ShmSink:
         self.node, self.readers = node, readers
         self.segment: Segment | None = None
         self.slot_payloads: list[Payload] = []
+        self._digest_thread: ThreadPoolExecutor | None = None  # sync.verify's, once it digests
 
     def open(self, make_payload: PayloadFactory) -> None:
         payload = make_payload()
@@ -214,6 +218,14 @@ class ShmSink:
         self.slot_payloads = [payload.rebase(slot) for slot in self.segment.slots]
 
     def write(self, weights: TensorDictBase, header: Header) -> None:
+        self.write_digesting(weights, header, None)
+
+    def write_digesting(
+        self, weights: TensorDictBase, header: Header, pending: PendingDigest | None
+    ) -> None:
+        """:meth:`write`, with the version's digest still to take (``pending``): a thread of its
+        own takes it from the sender's weights while this one copies them into the slot (both
+        read the weights; torch lets go of the GIL for each), and the header gets it last."""
         assert self.segment is not None  # open() made it
         segment, control = self.segment, self.segment.control
         latest = int(control[LATEST])
@@ -228,7 +240,12 @@ class ShmSink:
                 f"{self.readers} readers"
             )
         try:
-            self.slot_payloads[slot].write(weights, header)
+            if pending is None:
+                self.slot_payloads[slot].write(weights, header)
+            else:
+                digesting = self._digester().submit(lambda: pending.value)
+                self.slot_payloads[slot].write(weights, header)
+                self.slot_payloads[slot].write_header(replace(header, digest=digesting.result()))
             control[VERSION + slot] = header.version
         finally:
             segment.lock(slot, fcntl.F_UNLCK)
@@ -236,7 +253,15 @@ class ShmSink:
         control[BELL] += 1
         futex.wake(segment.bell)
 
+    def _digester(self) -> ThreadPoolExecutor:
+        if self._digest_thread is None:
+            self._digest_thread = ThreadPoolExecutor(1, thread_name_prefix="shm-digest")
+        return self._digest_thread
+
     def close(self) -> None:
+        if self._digest_thread is not None:
+            self._digest_thread.shutdown()
+            self._digest_thread = None
         if self.segment is not None:
             self.slot_payloads = []
             self.segment.close()
