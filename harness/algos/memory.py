@@ -18,11 +18,15 @@ backpropagation through time over each segment.
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import ClassVar
+
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch.nn import functional as F
 
-from harness.algos.nets import encoder, layer_init
+from harness.algos.nets import encoder
 from harness.core.specs import EnvSpec
 
 MEMORIES = ("none", "lstm", "gru")
@@ -63,31 +67,38 @@ class RecurrentActorCritic(nn.Module):
             else:
                 nn.init.orthogonal_(param, 1.0)
         self.state_size = 2 * size if self.lstm else size
-        self.actor = layer_init(nn.Linear(size, outputs), std=0.01)
-        self.value_head = layer_init(nn.Linear(size, 1), std=1.0)
+        # The actor's head (the first ``outputs`` rows) and the value head (the last) in one layer:
+        # one matrix product for both, initialised as CleanRL initialises the two.
+        self.heads = nn.Linear(size, outputs + 1)
+        nn.init.constant_(self.heads.bias, 0.0)
+        nn.init.orthogonal_(self.heads.weight[:outputs], 0.01)
+        nn.init.orthogonal_(self.heads.weight[outputs:], 1.0)
 
     def initial_state(self, n: int, like: torch.Tensor) -> torch.Tensor:
         """``n`` envs' state at an episode's start: zeros, on ``like``'s device."""
         return torch.zeros(n, self.state_size, device=like.device)
 
-    def _cell(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of the cell: its output and the state after it."""
-        if self.lstm:
-            h, c = self.cell(x, tuple(state.chunk(2, -1)))
-            return h, torch.cat([h, c], -1)
-        h = self.cell(x, state)
-        return h, h
-
     def _heads(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor(out), self.value_head(out).float().squeeze(-1)
+        """The actor's output and the value (float32) of the core's output ``out``."""
+        both = F.linear(out, self.heads.weight, self.heads.bias)
+        return both[..., :-1], both[..., -1].float()
 
     def step(
         self, obs: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One frame of each env (``obs`` ``[N, D]``, flat) from its ``state``: the actor's
-        output, the value and the state after the step."""
-        out, state = self._cell(self.encoder(obs), state)
-        return *self._heads(out), state
+        output, the value and the state after the step. The cell is ATen's own (``gru_cell``,
+        ``lstm_cell``, which ``nn.GRUCell``/``nn.LSTMCell`` call and ``torch.gru``/``torch.lstm``
+        step with), called on the weights directly: a collector steps it once per frame, and the
+        module's call and its argument checks cost as much as the cell's arithmetic."""
+        x, cell = self.encoder(obs), self.cell
+        weights = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+        if self.lstm:
+            h, c = torch.lstm_cell(x, state.chunk(2, -1), *weights)
+            state = torch.cat([h, c], -1)
+        else:
+            h = state = torch.gru_cell(x, state, *weights)
+        return *self._heads(h), state
 
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor
@@ -97,22 +108,47 @@ class RecurrentActorCritic(nn.Module):
         ``[T, N]``. A state is zeroed after each step that ended its env's episode, as the
         collector zeroed it while acting.
 
-        The same maths as stepping the cell, in one call of torch's fused recurrence
-        (``torch.lstm``/``torch.gru`` on the cell's own weights): each env's sequence is cut
-        into its pieces between episode ends, and the pieces run side by side, each from its
-        start state (the recorded one, or zeros after an end), padded at their end to the
-        longest; only each piece's own steps are read back."""
+        The same maths as stepping the cell, in torch's fused recurrence (``torch.lstm`` /
+        ``torch.gru`` on the cell's own weights): each env's sequence is cut into its pieces
+        between episode ends, each starting from its state (the recorded one, or zeros after an
+        end). Pieces of similar lengths run side by side in one call, padded at their end to the
+        longest of their group (:func:`groups`); only each piece's own steps are read back."""
         features = self.encoder(obs)  # every frame at once: the encoder has no state
         steps, envs = done.shape
         piece, pos, first = pieces(done)
         # a piece's start state: its env's recorded one, zeroed unless the piece starts at step 0
         start = restarted(state[first // steps], first % steps != 0)
-        where = pos * len(first) + piece  # each frame's row in the [L, pieces] layout, env-major
-        frames = features.transpose(0, 1).reshape(steps * envs, -1)
-        length = int(pos.max()) + 1
-        x = frames.new_zeros(length * len(first), frames.shape[1]).index_copy(0, where, frames)
-        out = self._fused(x.view(length, len(first), -1), start).flatten(0, 1)[where]
-        return self._heads(out.view(envs, steps, -1).transpose(0, 1))
+        lengths = torch.bincount(piece, minlength=len(first)).tolist()
+        order, bounds = groups(lengths, self.CALL_COSTS["lstm" if self.lstm else "gru"])
+        # each piece's first row and its stride (its group's width) in the groups' [L, B] blocks
+        base, stride, offset = [0] * len(first), [0] * len(first), 0
+        for lo, hi in pairwise(bounds):
+            for column, p in enumerate(order[lo:hi]):
+                base[p], stride[p] = offset + column, hi - lo
+            offset += lengths[order[lo]] * (hi - lo)
+        base_, stride_ = (torch.tensor(v, device=done.device) for v in (base, stride))
+        # each frame's row, in time-major order: what comes back is [T, N], contiguous
+        where = (base_[piece] + pos * stride_[piece]).view(envs, steps).t().reshape(-1)
+        frames = features.flatten(0, 1)
+        x = frames.new_zeros(offset, frames.shape[1]).index_copy(0, where, frames)
+        start = start[torch.tensor(order, device=done.device)]
+        outs, row = [], 0
+        for lo, hi in pairwise(bounds):
+            rows = lengths[order[lo]] * (hi - lo)
+            block = x[row : row + rows].view(-1, hi - lo, frames.shape[1])
+            outs.append(self._fused(block, start[lo:hi]).flatten(0, 1))
+            row += rows
+        out = torch.cat(outs).index_select(0, where)  # index_select: its backward adds, no sort
+        return self._heads(out.view(steps, envs, -1))
+
+    # groups()'s costs by kind: what a fused call costs, in frames (a frame: one piece's one step),
+    # and what each of its time steps costs besides its pieces' frames. On a CPU torch.lstm runs
+    # oneDNN's fused kernel, whose time grows with pieces x length (padding costs) and which costs
+    # more per call: groups of similar lengths, the constants that measured fastest in
+    # benchmarks/recurrent.py's update on this repository's CPU machine. torch.gru has no fused
+    # CPU kernel and steps the cell once per time step, about as fast for any number of pieces: one
+    # call for all (None).
+    CALL_COSTS: ClassVar[dict[str, tuple[float, float] | None]] = {"lstm": (32.0, 8.0), "gru": None}
 
     def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """The cell over ``x`` ``[L, B, D]`` from ``state`` ``[B, state_size]``, without
@@ -139,6 +175,32 @@ def pieces(done: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return piece, pos, first
 
 
+def groups(lengths: list[int], costs: tuple[float, float] | None) -> tuple[list[int], list[int]]:
+    """Pieces of ``lengths`` in groups, each run in one fused call padded to its longest piece:
+    the pieces longest first (``order``), and the groups as ranges of that order (``bounds``:
+    group ``g`` is ``order[bounds[g]:bounds[g + 1]]``). ``costs``: what a call costs, in frames
+    (a frame: one piece's one step), and what each of its time steps costs besides its pieces'
+    frames; the groups minimise the sum over groups of ``call + longest x (step + pieces)``
+    (dynamic programming over the cuts between different lengths). One group where ``costs`` is
+    None."""
+    order = sorted(range(len(lengths)), key=lambda p: -lengths[p])
+    if costs is None:
+        return order, [0, len(order)]
+    call, step = costs
+    ordered = [lengths[p] for p in order]
+    cuts = [i for i in range(len(ordered)) if i == 0 or ordered[i] != ordered[i - 1]]
+    cuts.append(len(ordered))
+    best, back = {0: 0.0}, {0: 0}  # cut -> least cost of the pieces before it, its last group
+    for j in cuts[1:]:
+        best[j], back[j] = min(
+            (best[i] + call + ordered[i] * (step + j - i), i) for i in cuts if i < j
+        )
+    bounds = [len(ordered)]
+    while bounds[-1]:
+        bounds.append(back[bounds[-1]])
+    return order, bounds[::-1]
+
+
 def sequences(frames: TensorDict, initial_state: torch.Tensor) -> TensorDict:
     """A round's ``[T, N]`` ``frames`` as ``[N]`` env sequences ``[N, T, ...]``, each with the
     state it started from: indexing it picks whole sequences, so that no minibatch cuts one."""
@@ -152,6 +214,7 @@ def sequences(frames: TensorDict, initial_state: torch.Tensor) -> TensorDict:
 def time_major(minibatch: TensorDict) -> tuple[TensorDict, torch.Tensor]:
     """A minibatch of :func:`sequences` as ``[T, B]`` frames, and their starting states."""
     state = minibatch[INITIAL_STATE]
-    frames = {k: v.transpose(0, 1) for k, v in minibatch.items() if k != INITIAL_STATE}
+    # contiguous: every op of the loss and its backward on strided [T, B] views costs more
+    frames = {k: v.transpose(0, 1).contiguous() for k, v in minibatch.items() if k != INITIAL_STATE}
     steps, envs = minibatch["done"].shape[1], minibatch.shape[0]
     return TensorDict(frames, batch_size=[steps, envs], device=minibatch.device), state

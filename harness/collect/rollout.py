@@ -198,8 +198,11 @@ class RolloutCollector:
                 # store the sample, step the env with a legal action
                 env_action = np.clip(env_action, *self.clip)
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
-            if state is not None:
-                state = restarted(out[STATE], torch.from_numpy(terminated | truncated))
+            if state is not None:  # most steps end no episode: no product to compute then
+                ended = terminated | truncated
+                state = (
+                    restarted(out[STATE], torch.from_numpy(ended)) if ended.any() else out[STATE]
+                )
             steps.append((self.obs_array, out, obs, reward, terminated, truncated))
             versions.append(header.version)
             if "final_obs" in info:

@@ -14,7 +14,7 @@ from helpers import ROOT, column, compose_config, rows, run_harness
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.algos.memory import INITIAL_STATE, STATE, RecurrentActorCritic
+from harness.algos.memory import INITIAL_STATE, STATE, RecurrentActorCritic, groups
 from harness.algos.ppo import PPO, PPOConfig
 from harness.collect.envs import make_vec_env, spec_of
 from harness.collect.evaluate import evaluate
@@ -164,16 +164,22 @@ def stepped(core: RecurrentActorCritic, obs: torch.Tensor, state: torch.Tensor, 
         else:
             h = state = core.cell(features[t], state)
         outs.append(h)
-    out = torch.stack(outs)
-    return core.actor(out), core.value_head(out).squeeze(-1)
+    out, (weight, bias) = torch.stack(outs), (core.heads.weight, core.heads.bias)
+    # the actor's head and the value head as two layers: the first rows and the last
+    return out @ weight[:-1].T + bias[:-1], out @ weight[-1] + bias[-1]
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("grouping", ["chosen", "one-call", "call-per-length"])
 @pytest.mark.parametrize("memory", MEMORIES)
-def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory):
+def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory, grouping, monkeypatch):
     """Values, actor outputs and every gradient (weights, recorded states) as the cell stepped once
     per frame, with ends after the first and the second-to-last step, in the middle, one after
-    another, at every step of one env, at the last step, and none in another env."""
+    another, at every step of one env, at the last step, and none in another env; the pieces
+    between ends in one fused call, in one call per length, and grouped as the core chooses."""
+    if grouping != "chosen":  # as the core chooses (CALL_COSTS), or every grouping's extremes
+        costs = None if grouping == "one-call" else (0.0, 0.0)
+        monkeypatch.setattr(RecurrentActorCritic, "CALL_COSTS", {"lstm": costs, "gru": costs})
     core = ppo(memory).policy.memory
     assert core is not None
     g = torch.Generator().manual_seed(1)
@@ -199,6 +205,21 @@ def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory):
     torch.testing.assert_close(state_grad, state_grad_ref)
     for grad, grad_ref in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(grad, grad_ref)
+
+
+@pytest.mark.unit
+def test_pieces_are_grouped_for_the_fewest_padded_frames_plus_calls():
+    """Lengths 64, 60, 5, 3 at 32 frames a call: {64, 60} and {5, 3} cost 2 x 64 + 2 x 5 + 2 x 32
+    = 202, less than one group (288), one a length (260) or {64}, {60}, {5, 3} (230)."""
+    lengths = [5, 60, 64, 3]
+    order, bounds = groups(lengths, (32.0, 0.0))
+    assert order == [2, 1, 0, 3] and bounds == [0, 2, 4]
+    assert groups(lengths, None) == (order, [0, 4])
+    assert groups(lengths, (0.0, 0.0)) == (order, [0, 1, 2, 3, 4])
+    assert groups([7, 7, 7], (0.0, 0.0)) == ([0, 1, 2], [0, 3])  # equal lengths: never apart
+    # each time step costing 40 frames more: {64, 60, 5, 3} (4 x 64 + 40 x 64 + 32 = 2848) is
+    # cheaper than {64, 60}, {5, 3} (2 x 64 + 40 x 64 + 32 + 2 x 5 + 40 x 5 + 32 = 2962)
+    assert groups(lengths, (32.0, 40.0)) == (order, [0, 4])
 
 
 @pytest.mark.unit
