@@ -123,7 +123,10 @@ class DigestPlan:
         """The digest's part from bytes ``start:stop`` of ``buffer`` (laid out as planned);
         ``start`` and ``stop`` multiples of 8, or ``stop`` the buffer's end."""
         total = 0
-        small: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] = ([], [], [])
+        # tensors of one chunk each: their words, tail bytes and positions, summed together
+        small_words: list[torch.Tensor] = []
+        small_tails: list[torch.Tensor] = []
+        small_positions: list[int] = []
         for i in range(max(bisect.bisect_right(self.starts, start) - 1, 0), len(self.spans)):
             offset, nbytes, position = self.spans[i]
             if offset >= stop:
@@ -136,12 +139,13 @@ class DigestPlan:
             words = raw[: max(min(b, whole) - a, 0)].view(torch.int64)
             tail = raw[max(whole - a, 0) :].to(torch.int64)
             if whole // 8 < CHUNK_WORDS:  # one chunk: summed with the others like it
-                for into, value in zip(small, (words, tail, position)):
-                    into.append(value)  # type: ignore[arg-type]
+                small_words.append(words)
+                small_tails.append(tail)
+                small_positions.append(position)
                 continue
             total += _chunked_part(words, a // 8, tail, whole // 8, position)
-        if small[2]:
-            total += int(_small_part(*small))
+        if small_positions:
+            total += int(_small_part(small_words, small_tails, small_positions))
         return total
 
 
