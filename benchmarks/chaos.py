@@ -5,13 +5,18 @@ The job: async PPO on ``chaos_env:ChaosCartPole-v0`` (CartPole that breaks when 
 ``--max-restarts`` through ``python -m harness.cli.launch``, a checkpoint every
 ``--checkpoint-every`` frames, a join port. From its first row on, for ``--duration`` seconds, a
 schedule drawn from ``--seed`` injects one fault at a time, at random times, each after the job
-was whole again from the one before (or a minute passed):
+was whole again from the one before (or a minute passed), or with ``--overlap`` each at its time,
+whatever the others are doing:
 
 - ``worker_kill``: SIGKILL of a collector's worker (its env-stepping process);
 - ``worker_hang``: SIGSTOP of a worker for ``--hang-s`` (past ``collector.watchdog_s``), then
   SIGCONT;
 - ``env_raise``, ``env_nan``: an env step that raises, or returns a NaN observation;
-- ``trainer_kill``: SIGKILL of rank 0 (torchrun restarts the group, which resumes);
+- ``trainer_kill``, ``collector_rank_kill``: SIGKILL of rank 0, or of a collector's rank (not its
+  worker): torchrun restarts the group, which resumes from the newest checkpoint;
+- ``disk_full``: the run directory's filesystem (a tmpfs of ``--disk-mb``, mounted for the run:
+  needs root) filled to a few kB, so that the next checkpoint cannot be written; the job names
+  it and exits, the filler goes, and torchrun's restart resumes from the newest kept checkpoint;
 - ``refused_launch``: a second launch on the same run directory, refused while the job runs;
   the run's files are compared by hash before and after (the running job may only append to
   ``metrics.csv`` and add or rotate checkpoints);
@@ -32,6 +37,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,6 +62,8 @@ KINDS = (
     "trainer_kill",
     "refused_launch",
     "joiner_kill",
+    "collector_rank_kill",
+    "disk_full",
 )
 COLLECTORS = 4
 WHOLE_WAIT_S = 60.0  # the longest a fault waits for the job to be whole again from the one before
@@ -67,6 +75,7 @@ class Job:
 
     proc: subprocess.Popen
     run: Path
+    disk: Path | None  # the tmpfs the run directory is on (disk_full), if one could be mounted
     chaos_dir: Path
     overrides: list[str]
     env: dict[str, str]
@@ -115,8 +124,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def small_disk(tmp: Path, args: argparse.Namespace) -> Path | None:
+    """A tmpfs of ``--disk-mb`` at ``tmp/disk`` for the run directory, when ``disk_full`` is in the
+    schedule and this process may mount one (root); None otherwise."""
+    if "disk_full" not in args.kinds:
+        return None
+    disk = tmp / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={args.disk_mb}m", "tmpfs", str(disk)],
+        capture_output=True,
+    )
+    return disk if mounted.returncode == 0 else None
+
+
 def start_job(tmp: Path, args: argparse.Namespace) -> Job:
-    run, chaos_dir, port, tag = tmp / "run", tmp / "chaos", free_port(), uuid.uuid4().hex
+    disk = small_disk(tmp, args)
+    run, chaos_dir, port, tag = (disk or tmp) / "run", tmp / "chaos", free_port(), uuid.uuid4().hex
     chaos_dir.mkdir()
     overrides = [
         "env.id=chaos_env:ChaosCartPole-v0",
@@ -141,7 +165,7 @@ def start_job(tmp: Path, args: argparse.Namespace) -> Job:
     proc = subprocess.Popen(
         cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    job = Job(proc, run, chaos_dir, overrides, env, port, tag)
+    job = Job(proc, run, disk, chaos_dir, overrides, env, port, tag)
     output = proc.stdout
     assert output is not None  # stdout=PIPE
     threading.Thread(
@@ -203,16 +227,24 @@ def env_fault(job: Job, kind: str) -> dict[str, Any]:
     return {"target": "the first env to look", "at": at, "noticed": noticed, "whole": noticed}
 
 
-def trainer_fault(job: Job) -> dict[str, Any]:
-    pid = job.rank_pid(0)
+def rank_fault(job: Job, rank: int) -> dict[str, Any]:
+    """SIGKILL of a rank: rank 0 (the trainer) or a collector's rank itself."""
+    pid = job.rank_pid(rank)
     if pid is None:
-        return {"skipped": "no trainer now"}
+        return {"skipped": f"no rank {rank} now"}
     last = rows_of(job.run)[-1:]
     at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     # The agent names the dead rank at once (harness.cli.launch passes a failure other than a
     # usage error straight on); the new attempt's resume follows.
-    noticed = job.wait_line(r"failed \(exitcode|resumed from", at, 180)
+    noticed = job.wait_line(rf"failed \(exitcode: -9\) local_rank: {rank}|resumed from", at, 180)
+    record = {"target": f"rank {rank} pid {pid}", "at": at, "noticed": noticed}
+    return record | restarted(job, at, last)
+
+
+def restarted(job: Job, at: float, last: list[dict[str, str]]) -> dict[str, Any]:
+    """When torchrun's restart after ``at`` was whole again (its first row), and the frames it
+    trained again (logged after the checkpoint it resumed from, then lost)."""
     resumed = job.wait_line(r"resumed from", at, 180)
     whole = None
     if resumed:  # the resumed run's first row
@@ -222,10 +254,28 @@ def trainer_fault(job: Job) -> dict[str, Any]:
             time.sleep(0.2)
         if len(rows_of(job.run)) > count:
             whole = (time.monotonic(), f"the resumed run's first row ({resumed[1]})")
-    record = {"target": f"rank 0 pid {pid}", "at": at, "noticed": noticed, "whole": whole}
+    record: dict[str, Any] = {"whole": whole}
     if resumed and last and (frames := re.search(r"frames (\d+)", resumed[1])):
         record["frames_redone"] = int(last[0]["frames"]) - int(frames[1])  # logged, then lost
     return record
+
+
+def disk_fault(job: Job) -> dict[str, Any]:
+    """Fill the run directory's filesystem, leaving room for rows but not for a checkpoint, until
+    the job names the full disk; then free it."""
+    if job.disk is None:
+        return {"skipped": "no small disk (mounting a tmpfs needs root)"}
+    last = rows_of(job.run)[-1:]
+    filler = job.disk / "filler"
+    at = time.monotonic()
+    with filler.open("wb") as f:
+        f.write(b"\0" * max(shutil.disk_usage(job.disk).free - 48 * 1024, 0))
+    try:
+        noticed = job.wait_line(r"cannot be written: the disk is full", at, 180)
+    finally:
+        filler.unlink()
+    record = {"target": f"{job.disk} (tmpfs)", "at": at, "noticed": noticed}
+    return record | restarted(job, at, last) if noticed else record
 
 
 def refused_fault(job: Job) -> dict[str, Any]:
@@ -288,7 +338,13 @@ def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     if kind.startswith("env_"):
         return env_fault(job, kind)
     if kind == "trainer_kill":
-        return trainer_fault(job)
+        return rank_fault(job, 0)
+    if kind == "collector_rank_kill":
+        return rank_fault(
+            job, random.Random(f"{args.seed}-{time.monotonic()}").randint(1, COLLECTORS)
+        )
+    if kind == "disk_full":
+        return disk_fault(job)
     if kind == "refused_launch":
         return refused_fault(job)
     return joiner_fault(job)
@@ -309,20 +365,33 @@ def relative(job: Job, record: dict[str, Any], kind: str, planned: float) -> dic
 
 
 def chaos(job: Job, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Wait for the first row, then inject the schedule until its end or the job's."""
+    """Wait for the first row, then inject the schedule until its end or the job's: one fault at a
+    time, each once the job is whole again from the one before, or with ``--overlap`` each at its
+    planned time, whatever the faults before it are still doing."""
     while not rows_of(job.run) and job.proc.poll() is None:
         time.sleep(0.5)
     job.t0 = time.monotonic()
-    faults = []
+    faults: list[dict[str, Any]] = []
+    threads = []
+
+    def one(planned: float, kind: str) -> None:
+        if job.proc.poll() is not None:
+            faults.append({"kind": kind, "planned_s": round(planned, 1), "skipped": "job ended"})
+            return
+        faults.append(relative(job, inject(job, kind, args), kind, planned))
+        print(json.dumps(faults[-1]), flush=True)
+
     for planned, kind in schedule(args.seed, args.duration, args.every, args.kinds):
         while time.monotonic() - job.t0 < planned and job.proc.poll() is None:
             time.sleep(0.2)
-        if job.proc.poll() is not None:
-            faults.append({"kind": kind, "planned_s": round(planned, 1), "skipped": "job ended"})
-            continue
-        faults.append(relative(job, inject(job, kind, args), kind, planned))
-        print(json.dumps(faults[-1]), flush=True)
-    return faults
+        if args.overlap:
+            threads.append(threading.Thread(target=one, args=(planned, kind), daemon=True))
+            threads[-1].start()
+        else:
+            one(planned, kind)
+    for thread in threads:
+        thread.join()
+    return sorted(faults, key=lambda f: f["planned_s"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -339,6 +408,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--collector-restarts", type=int, default=50)
     parser.add_argument("--watchdog-s", type=float, default=10.0)
     parser.add_argument("--hang-s", type=float, default=15.0, help="SIGSTOP to SIGCONT")
+    parser.add_argument("--disk-mb", type=int, default=64, help="the run directory's tmpfs")
+    parser.add_argument(
+        "--overlap", action="store_true", help="inject each fault on time, not after the last"
+    )
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--log", help="write the job's output here, each line's time before it")
     args = parser.parse_args()
@@ -357,7 +430,11 @@ def main() -> int:
         finally:
             if job.proc.poll() is None:
                 job.proc.kill()
-        report = final_checks(job, args, faults, shm_before)
+        try:
+            report = final_checks(job, args, faults, shm_before)
+        finally:
+            if job.disk is not None:
+                subprocess.run(["umount", str(job.disk)], check=False)
     if args.log:
         Path(args.log).write_text("".join(f"{at - job.t0:9.2f} {line}" for at, line in job.lines))
     print_table(report)

@@ -179,10 +179,11 @@ class BatchReceiver:
                 raise self._error(c, e, wait) from e
         return [self._seen(c, self.buffers[c]) for c in self.collectors]
 
-    def receive_any(self) -> TensorDict:
+    def receive_any(self, timeout_s: float | None = None) -> TensorDict:
         """The next batch from whichever collector sends first (async mode);
         valid until the next call. Also fails, naming it, when one collector
-        has sent nothing for the timeout while others keep sending."""
+        has sent nothing for the timeout while others keep sending. ``timeout_s``: a shorter
+        wait than the channel's."""
         silent = [
             c
             for c in self.collectors
@@ -192,24 +193,27 @@ class BatchReceiver:
             # its last batch
             since = Wait(self.timeout_s, "dist_timeout_s", started=self.last_seen[silent[0]])
             raise self._error(silent[0], "the other collectors kept sending", since)
-        wait = Wait(self.timeout_s, "dist_timeout_s")
+        limit, name = (self.timeout_s, "dist_timeout_s") if timeout_s is None else (timeout_s, "")
+        wait = Wait(limit, name)
         try:
             work = dist.irecv(self.any_wire, group=self.group)  # from any source
             assert work is not None  # None only on a rank outside the group
-            work.wait(timedelta(seconds=self.timeout_s))
+            work.wait(timedelta(seconds=limit))
         except RuntimeError as e:
             waiting = [c for c in self.collectors if c not in self.finished]
             late = min(waiting, key=self.last_seen.__getitem__)  # every collector has an entry
             raise self._error(late, e, wait) from e
         return self._seen(work._source_rank(), self.any_buffer)
 
-    def drain(self, seen: Callable[[TensorDict], object] = lambda batch: None) -> int:
+    def drain(
+        self, seen: Callable[[TensorDict], object] = lambda b: None, timeout_s: float | None = None
+    ) -> int:
         """Take every batch still in flight until each collector's final
         message arrived, handing each (final messages too) to ``seen``; returns
-        how many batches were discarded."""
+        how many batches were discarded. ``timeout_s``: the longest to wait for each."""
         discarded = 0
         while len(self.finished) < len(self.collectors):
-            batch = self.receive_any()
+            batch = self.receive_any(timeout_s)
             seen(batch)
             discarded += not float(batch["stats", "last"])
         return discarded

@@ -55,10 +55,11 @@ class BatchSource(Protocol):
     def receive_any(self) -> TensorDict:
         """The next batch from whichever collector sends first (async streaming)."""
 
-    def drain(self, seen: Seen) -> int:
+    def drain(self, seen: Seen, timeout_s: float | None = None) -> int:
         """After the stop: take what is still in flight until every collector
         said goodbye, handing each message to ``seen``; returns how many batches
-        were discarded."""
+        were discarded. ``timeout_s``: the longest to wait for each message, when shorter than
+        ``dist_timeout_s``."""
 
 
 class EvaluationSource(Protocol):
@@ -96,7 +97,7 @@ class InlineCollector:
             self.evaluation.maybe_run(batch, self.subscriber.current_header())
         return batch
 
-    def drain(self, seen: Seen) -> int:
+    def drain(self, seen: Seen, timeout_s: float | None = None) -> int:
         self.collector.envs.close()
         if self.evaluation is not None:
             self.evaluation.close()
@@ -204,8 +205,8 @@ class JoinedBatches:
         batch = self.desk.poll()
         return self.receiver.receive_any() if batch is None else batch
 
-    def drain(self, seen: Seen) -> int:
-        discarded = self.receiver.drain(seen)
+    def drain(self, seen: Seen, timeout_s: float | None = None) -> int:
+        discarded = self.receiver.drain(seen, timeout_s)
         self.desk.close()
         return discarded
 
@@ -244,10 +245,10 @@ class Connected:
     batches: Optional[BatchSource] = None
     evaluations: Optional[EvaluationSource] = None
 
-    def drain(self, seen: Seen) -> None:
+    def drain(self, seen: Seen, timeout_s: float | None = None) -> None:
         """After the stop: each collector's goodbye, and what came before it (to ``seen``)."""
         if self.batches is not None:
-            self.batches.drain(seen)
+            self.batches.drain(seen, timeout_s)
         else:
             assert self.evaluations is not None
             self.evaluations.drain()

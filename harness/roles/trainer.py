@@ -30,6 +30,7 @@ from harness.algos import Algorithm, algorithm_for
 from harness.algos.devices import check_devices
 from harness.config import Config
 from harness.core import checkpoint
+from harness.data.channel import ChannelError
 from harness.distributed import signals
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
@@ -42,6 +43,11 @@ from harness.rundir.state import Progress, TrainerState
 from harness.sync import Header
 
 log = logging.getLogger("harness")
+# After a stop on a signal, the longest the trainer waits for each collector's goodbye. A peer
+# that died (the usual reason torchrun stops a group) never sends one, and torchrun kills ranks that
+# have not exited 30 s after its SIGTERM; the checkpoint is written by then, the goodbyes only add
+# the last faults to the last row.
+GOODBYE_AFTER_A_SIGNAL_S = 10.0
 
 
 class CheckpointSchedule:
@@ -320,8 +326,13 @@ class Trainer:
         if self.done and self.checkpoints.saved_at != self.step:
             self.save_checkpoint()  # the final weights, for evaluation or as a behaviour policy
         self.publish(stop=True)
+        short = min(GOODBYE_AFTER_A_SIGNAL_S, self.cfg.dist_timeout_s) if self.preempted else None
         try:
-            self.connected.drain(self.book.stats.add_faults)  # batches in flight, the goodbyes
+            self.connected.drain(self.book.stats.add_faults, short)  # in flight, the goodbyes
+        except ChannelError as e:
+            if not self.preempted:
+                raise
+            log.warning("%s; the run stops on a signal without that collector's goodbye", e)
         finally:  # a collector that never said goodbye costs no row
             self.write_last_row()
 
