@@ -68,10 +68,12 @@ def check_writable(run_dir: Path) -> None:
 
 def check_dataset(cfg: Config) -> None:
     """An offline run's dataset directory: on every rank, before any process
-    group, so that a missing or mismatched one stops the job at once. (A
-    Minari dataset is read when the trainer starts.)"""
+    group, so that a missing, mismatched or changed one (its bytes against the digest its
+    meta.json recorded) stops the job at once. (A Minari dataset is read when the trainer
+    starts.)"""
     if cfg.dataset and not cfg.dataset.startswith("minari:"):
-        dataset.load(cfg.dataset, cfg.env.id)
+        data, meta = dataset.load(cfg.dataset, cfg.env.id)
+        dataset.check_digest(cfg.dataset, data, meta)
 
 
 def claim(layout: Layout, run_dir: Path) -> run_lock.RunLock | None:

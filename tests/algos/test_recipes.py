@@ -7,11 +7,12 @@ import json
 
 import pytest
 import torch
-from helpers import run_harness
+from helpers import compose_config, run_harness
 from tensordict import TensorDict
 
 from harness.cli.recipe import episode_ends
 from harness.data import dataset
+from harness.train import check_dataset
 
 # pendulum_medium at a size of seconds: 100 gradient steps (learning starts at 1,000 frames),
 # candidates every 500 frames
@@ -46,7 +47,7 @@ def transitions(n: int) -> TensorDict:
 
 
 @pytest.mark.unit
-def test_a_changed_byte_is_caught(tmp_path):
+def test_a_changed_byte_is_caught_by_verify_and_by_an_offline_launch(tmp_path):
     meta = dataset.Meta(env="Pendulum-v1", transitions=100, episodes=0, behaviour_return=0.0)
     dataset.save(tmp_path / "ds", transitions(100), meta)
     recorded = json.loads((tmp_path / "ds" / "meta.json").read_text())["digest"]
@@ -57,6 +58,10 @@ def test_a_changed_byte_is_caught(tmp_path):
     reward.write_bytes(bytes(raw))
     with pytest.raises(dataset.DatasetError, match=r"does not hold the data its meta\.json"):
         dataset.verify(tmp_path / "ds")
+    # what every rank of an offline launch checks before its process groups
+    cfg = compose_config("algo=iql", "env=pendulum", f"dataset={tmp_path / 'ds'}")
+    with pytest.raises(dataset.DatasetError, match=r"does not hold the data its meta\.json"):
+        check_dataset(cfg)
 
 
 @pytest.mark.unit
