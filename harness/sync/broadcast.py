@@ -261,8 +261,10 @@ class BroadcastSource(_BroadcastEnd):
         self.root = root
         self.version = -1  # the newest version applied
         self._receives: list[dist.Work] = []  # one per piece, in order
-        self._plan: DigestPlan | None = None  # where to find the weights in the staging payload
+        self._verify_on_arrival = False  # sync.verify=every: digest each piece as it lands
+        self._plans: dict[int, DigestPlan | None] = {}  # by id of the payload it reads
         self.arrived: tuple[int, int] | None = None  # (version, digest of its bytes as they landed)
+        self._spare: Payload | None = None  # lend_live's: the payload the models stopped reading
 
     def open(self, make_payload: PayloadFactory) -> None:
         super().open(make_payload)
@@ -273,8 +275,28 @@ class BroadcastSource(_BroadcastEnd):
         laid out as the live payload (``live_schema``; not with a wire dtype, whose digest is
         that of the weights cast back)."""
         assert self.payload is not None  # open() made it
-        if self.payload.schema == live_schema:
-            self._plan = DigestPlan.of(self.payload.weight_views, self.payload.buffer)
+        self._verify_on_arrival = self.payload.schema == live_schema
+
+    def lend_live(self, live: Payload) -> None:
+        """Apply without copying: point the models at the staging payload the version landed in
+        (:meth:`Payload.alias`) and land the next version in the buffer they stopped reading, the
+        two taking turns. Only where ``live`` has the staging payload's layout (no wire dtype),
+        and for a subscriber that forwards nothing (a forward sends ``live``'s own buffer)."""
+        assert self.payload is not None  # open() made it
+        if self.payload.schema == live.schema:
+            # views of their own over live's buffer: an alias repoints the models' tensors, and
+            # live's views may be those very tensors
+            self._spare = live.rebase(live.buffer)
+
+    def _plan(self) -> DigestPlan | None:
+        """Where the weights lie in the payload the next version lands in (digest on arrival)."""
+        assert self.payload is not None  # open() made it
+        if not self._verify_on_arrival:
+            return None
+        key = id(self.payload)
+        if key not in self._plans:
+            self._plans[key] = DigestPlan.of(self.payload.weight_views, self.payload.buffer)
+        return self._plans[key]
 
     def _post(self) -> None:
         assert self.payload is not None  # open() made it
@@ -297,9 +319,13 @@ class BroadcastSource(_BroadcastEnd):
     def _apply(self, live: Payload) -> Header:
         assert self.payload is not None  # open() made it
         header = self.payload.header()
-        whole = self._plan is not None and self._landed == len(self.pieces)
+        whole = self._plan() is not None and self._landed == len(self.pieces)
         self.arrived = (header.version, wrap(self._sum)) if whole else None
-        live.copy_from(self.payload)
+        if self._spare is None:
+            live.copy_from(self.payload)
+        else:  # the models read the staging payload now; the next version lands in the other
+            live.alias(self.payload)
+            self.payload, self._spare = self._spare, self.payload
         self.version = header.version
         if header.stop:
             self._receives = []
@@ -315,12 +341,12 @@ class BroadcastSource(_BroadcastEnd):
     def wait_into(self, live: Payload, timeout_s: float) -> Header:
         assert self._receives  # callers check exhausted (no receive posted) first
         assert self.payload is not None  # open() made it
-        wait = Wait(timeout_s)
+        wait, plan = Wait(timeout_s), self._plan()
         try:
             for k, work in enumerate(self._receives):  # the pieces land in order; the header last
                 work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
-                if self._plan is not None and k == self._landed:  # while piece k + 1 travels
-                    self._sum += self._plan.part(self.payload.buffer, *self.pieces[k])
+                if plan is not None and k == self._landed:  # while piece k + 1 travels
+                    self._sum += plan.part(self.payload.buffer, *self.pieces[k])
                     self._landed += 1
         except RuntimeError as e:
             self._receives = []

@@ -184,6 +184,9 @@ class Subscriber(WeightSubscriber):
         digest_on_arrival = getattr(self.source, "digest_on_arrival", None)
         if self.verify == "every" and digest_on_arrival is not None:
             digest_on_arrival(self.live.schema)  # each piece while the next travels
+        lend_live = getattr(self.source, "lend_live", None)
+        if not self.forwards and lend_live is not None:
+            lend_live(self.live)  # applies point the models at what arrived: no copy
         self.live.bind(models)
         gc.collect()  # the schema check's full-size payload, in reference cycles (see Publisher)
 
