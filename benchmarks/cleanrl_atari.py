@@ -2,7 +2,9 @@
 same frames (agent steps, as CleanRL counts them), seeds interleaved (harness, CleanRL, harness,
 ...) so that a noisy machine hits both alike. The two sides play by different env rules: the
 harness's ale-py env by SB3's wrappers' (as CleanRL's ``ppo_atari.py``), CleanRL's by envpool's
-(docs/pixels.md), so it compares two envs as well as two trainers.
+(docs/pixels.md), so it compares two envs as well as two trainers, unless the harness plays envpool
+too: ``--harness-overrides env.backend=envpool`` (the harness on envpool 1.2.5, CleanRL's script on
+the 0.8.4 of its own environment; both envpool's Atari rules, made with the script's arguments).
 
 CleanRL's script lives outside this repository, in its own environment (it needs envpool and the old
 ``gym``):
