@@ -150,3 +150,15 @@ def test_a_collector_and_its_evaluation_on_envpool_from_the_config():
     collector.envs.close()
     evaluation.close()
     assert len(returns) == 2 and policy.steps < 2_700, policy.steps
+
+
+@pytest.mark.unit
+def test_settings_envpool_cannot_play_are_refused_at_start_up_naming_the_fix():
+    with pytest.raises(ValueError, match=r"plays the Atari envs.*use env.backend=gymnasium"):
+        compose_config("env=cartpole", "env.backend=envpool")
+    with pytest.raises(ValueError, match=r"env.envpool.batch_size=4 with collector.num_envs=4"):
+        compose_config("experiment=ppo_atari_envpool", "env.envpool.batch_size=4")
+    with pytest.raises(ValueError, match=r"set env.envpool.max_episode_steps"):
+        compose_config("experiment=ppo_atari_envpool", "env.max_episode_steps=300")
+    with pytest.raises(ValueError, match=r"env.backend='gym': choose gymnasium or envpool"):
+        compose_config("env=breakout", "env.backend=gym")
