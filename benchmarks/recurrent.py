@@ -17,9 +17,10 @@ Update: ``algo.update`` on a round as the preset's trainer gets it, two collecto
 envs x 64 steps, collected above by the same kind of collector, two batches of one collector
 standing in for two): one forward without gradients over the whole round for GAE's values
 (``replay``), then 4 epochs x 4 minibatches of 8 whole env sequences, each the encoder, the
-recurrence over 64 steps from the recorded state (zeroed after episode ends; one fused call over
-the sequences' pieces between ends), both heads, the PPO loss, backward, gradient clipping and an
-Adam step. The floor: a plain ``torch.nn.GRU`` (or ``nn.LSTM``) of the same sizes (input: the
+recurrence over 64 steps from the recorded state (zeroed after episode ends; fused calls over the
+sequences' pieces between ends: one for the GRU, one per group of similar lengths for the LSTM),
+both heads (one layer), the PPO loss, backward, gradient clipping and an Adam step. The floor: a
+plain ``torch.nn.GRU`` (or ``nn.LSTM``) of the same sizes (input: the
 encoder's 64 features, hidden: ``algo.memory_size``), forward and backward over one minibatch's
 sequences (64 steps x 8 envs, gradients to the input as to the encoder's, from a zero state, no
 resets), as many times as the update takes minibatch steps (16): only the recurrence, none of the

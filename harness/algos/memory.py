@@ -2,18 +2,18 @@
 encoder and the actor and critic heads, as CleanRL's ``ppo_atari_lstm.py`` and Sample Factory put
 it.
 
-The core is one LSTM or GRU cell: acting (a collector's step) steps it once per frame; learning
-(the trainer's pass over a segment) runs the same recurrence on the same weights in one call of
-torch's fused ``torch.lstm``/``torch.gru`` over the segment's pieces between episode ends
-(:meth:`RecurrentActorCritic.unroll`), the same maths in the same order, so that both agree on
-every log-probability and value to float rounding. Its state is a flat ``[N, state_size]`` tensor
-(an LSTM's hidden and cell states side by side) that collectors carry from step to step, zeroed
-where an episode ended (:func:`restarted`), and record at the start of every segment
-(``INITIAL_STATE`` in the batch). The trainer replays a segment from that state, zeroing it again
-where the segment's episodes ended, before the step that follows (CleanRL multiplies the state by
-``1 - done`` the same way): the state never crosses an episode boundary, at acting and at learning
-alike. PPO learns from minibatches of whole env sequences (:func:`sequences`): truncated
-backpropagation through time over each segment.
+The core is one LSTM or GRU cell: acting (a collector's step) steps it once per frame; learning (the
+trainer's pass over a segment) runs the same recurrence on the same weights in torch's fused
+``torch.lstm``/``torch.gru`` over the segment's pieces between episode ends, in one call or in
+groups of similar lengths (:meth:`RecurrentActorCritic.unroll`, :func:`groups`), the same maths in
+the same order, so that both agree on every log-probability and value to float rounding. Its state
+is a flat ``[N, state_size]`` tensor (an LSTM's hidden and cell states side by side) that collectors
+carry from step to step, zeroed where an episode ended (:func:`restarted`), and record at the start
+of every segment (``INITIAL_STATE`` in the batch). The trainer replays a segment from that state,
+zeroing it again where the segment's episodes ended, before the step that follows (CleanRL
+multiplies the state by ``1 - done`` the same way): the state never crosses an episode boundary, at
+acting and at learning alike. PPO learns from minibatches of whole env sequences
+(:func:`sequences`): truncated backpropagation through time over each segment.
 """
 
 from __future__ import annotations
