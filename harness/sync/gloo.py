@@ -6,7 +6,7 @@ With up to :data:`FAN_OUT_UP_TO` collectors, each bucket is broadcast on a two-r
 collector, all at once: every such group has its own Gloo threads, so trainer 0 writes to every
 collector's socket together, as the raw TCP floor of ``benchmarks/weight_sync.py`` does. Gloo's
 own broadcast on one group (a binomial tree) serves them from one thread, one after the other:
-1.7-2.1x that floor with 2 collectors, where the pairs take 1.0-1.3x (docs/weight_sync.md).
+1.7-2.1x that floor with 2 collectors, where the pairs take 0.85-1.18x (docs/weight_sync.md).
 With more collectors the tree's forwarding spares trainer 0's link (it sends log2(n + 1) copies,
 not n), and each pair would cost it three threads: the job's sync group carries the broadcast.
 """
