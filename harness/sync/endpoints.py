@@ -225,7 +225,12 @@ class Subscriber(WeightSubscriber):
 
     def wait(self, min_version: int, timeout_s: float | None = None) -> Header:
         wait = Wait(self.timeout_s if timeout_s is None else timeout_s, "sync.timeout_s")
-        self.poll()
+        try:
+            self.poll()  # a publisher that died since the last poll ends the wait here, said so
+        except CorruptWeightsError:
+            raise
+        except SyncError as e:
+            raise self.wait_error(f"weights version >= {min_version}", wait, e) from e
         while self.version < min_version:
             if self.source.exhausted:
                 raise SyncError(

@@ -30,7 +30,10 @@ def test_stress_no_torn_update_while_streaming_buckets_and_every_version_verifie
         publish_versions, len(nodes), scheme, 300, 2, "float32", BUCKETS, nodes=nodes, timeout=120
     )
     check_versions(results, len(nodes), 299)
-    assert results[0][1] == 1, "trainer 0's broadcast sink streamed the packed weights"
+    streamed, lanes = results[0][1]
+    assert streamed == 1, "trainer 0's broadcast sink streamed the packed weights"
+    # gloo's 2 collectors: a two-rank group each, at once; the leaders' group: one broadcast
+    assert lanes == ([2] if scheme == "gloo" else [0, 1]), lanes
 
 
 def flip_a_byte(buffer: torch.Tensor) -> None:

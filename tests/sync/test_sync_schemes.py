@@ -102,7 +102,8 @@ def publish_versions(
 ):
     """Trainer 0 publishes ``versions`` updates back to back, never waiting;
     collectors act between polls and check every applied update bit for bit.
-    Trainer 0 returns how many of its sinks streamed the weights in buckets."""
+    Trainer 0 returns how many of its sinks streamed the weights in buckets, and how many groups
+    each sink broadcast every piece on (its lanes; 0 for a sink that does not broadcast)."""
     end, models = connect(rank, scheme, wire_dtype=wire_dtype, sync=sync)
     if rank == 0:
         for v in range(versions):
@@ -112,7 +113,8 @@ def publish_versions(
             )
         time.sleep(0.5)  # readers of shared memory keep their mapping; this just keeps logs tidy
         end.close()
-        return sum(getattr(sink, "_stream", None) is not None for sink in end.sinks)
+        streamed = sum(getattr(sink, "_stream", None) is not None for sink in end.sinks)
+        return streamed, [len(getattr(sink, "lanes", ())) for sink in end.sinks]
     seen, torn = [], 0
     header = end.wait(0)
     while True:
