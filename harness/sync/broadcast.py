@@ -246,8 +246,8 @@ class BroadcastSource(_BroadcastEnd):
     """A receiver's end (a :class:`~harness.sync.contract.Source`): the
     broadcast lands in its payload, which is its staging buffer. With
     :meth:`digest_on_arrival` it digests each piece as it lands, while the next
-    one travels, when it waits for a version (not when it polls: then every
-    piece is in, and the subscriber digests what its models hold)."""
+    one travels, when it waits for a version (when it polls, every piece is in
+    already: it digests them all then, before the apply)."""
 
     def __init__(
         self,
