@@ -1,5 +1,5 @@
-"""A short chaos run (benchmarks/chaos.py, issue 54): one real job with a schedule of every fault
-kind the runner injects, and the run's invariants asserted from its report."""
+"""A short chaos run (benchmarks/chaos.py, issue 54): one real job with a schedule of seven of the
+fault kinds the runner injects, and the run's invariants asserted from its report."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ import sys
 import pytest
 from helpers import ROOT, launch_env
 
+# One of each, trainer_kill's restart of the whole job included. Left to the 20-minute runs
+# (docs/runs_that_last.md): collector_rank_kill (a second such restart) and disk_full (needs root).
+KINDS = [
+    "worker_kill", "worker_hang", "env_raise", "env_nan", "trainer_kill", "refused_launch",
+    "joiner_kill",
+]  # fmt: skip
+
 
 @pytest.mark.e2e
 def test_a_short_chaos_schedule_is_survived_noticed_and_leaves_nothing_behind(workdir):
@@ -19,15 +26,9 @@ def test_a_short_chaos_schedule_is_survived_noticed_and_leaves_nothing_behind(wo
         str(ROOT / "benchmarks" / "chaos.py"),
         "--seed=1",
         "--duration=56",
-        "--every=8",  # seven faults: one of each kind below (benchmarks/chaos.py has two more)
+        "--every=8",  # seven faults
         "--kinds",
-        "worker_kill",
-        "worker_hang",
-        "env_raise",
-        "env_nan",
-        "trainer_kill",
-        "refused_launch",
-        "joiner_kill",
+        *KINDS,
         "--frames=100000",
         f"--json={report_path}",
         f"--log={workdir / 'chaos.log'}",
@@ -39,10 +40,7 @@ def test_a_short_chaos_schedule_is_survived_noticed_and_leaves_nothing_behind(wo
     report = json.loads(report_path.read_text())
     faults = [f for f in report["faults"] if "skipped" not in f]
     summary = out.stdout[-4000:]
-    assert {f["kind"] for f in faults} >= {
-        "worker_kill", "worker_hang", "env_raise", "env_nan", "trainer_kill", "refused_launch",
-        "joiner_kill",
-    }, summary  # fmt: skip
+    assert {f["kind"] for f in faults} == set(KINDS), summary
     assert report["exit_status"] == 0, summary
     assert report["frames_trained"] >= report["frames_asked"], summary
     assert report["duplicated"] == [] and report["missing_after"] == [], summary
