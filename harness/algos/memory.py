@@ -5,8 +5,9 @@ it.
 The core is one LSTM or GRU cell: acting (a collector's step) steps it once per frame; learning (the
 trainer's pass over a segment) runs the same recurrence on the same weights in torch's fused
 ``torch.lstm``/``torch.gru`` over the segment's pieces between episode ends, in one call or in
-groups of similar lengths (:meth:`RecurrentActorCritic.unroll`, :func:`groups`), the same maths in
-the same order, so that both agree on every log-probability and value to float rounding. Its state
+groups of similar lengths (:meth:`RecurrentActorCritic.unroll`, :func:`groups`); a GRU on a CPU, in
+a TorchScript loop with its own backward (:mod:`harness.algos.gru_loop`); the same maths in the
+same order, so that both agree on every log-probability and value to float rounding. Its state
 is a flat ``[N, state_size]`` tensor (an LSTM's hidden and cell states side by side) that collectors
 carry from step to step, zeroed where an episode ended (:func:`restarted`), and record at the start
 of every segment (``INITIAL_STATE`` in the batch). The trainer replays a segment from that state,
@@ -26,6 +27,7 @@ from tensordict import TensorDict
 from torch import nn
 from torch.nn import functional as F
 
+from harness.algos.gru_loop import stepped_gru
 from harness.algos.nets import encoder
 from harness.core.specs import EnvSpec
 
@@ -112,8 +114,14 @@ class RecurrentActorCritic(nn.Module):
         ``torch.gru`` on the cell's own weights): each env's sequence is cut into its pieces
         between episode ends, each starting from its state (the recorded one, or zeros after an
         end). Pieces of similar lengths run side by side in one call, padded at their end to the
-        longest of their group (:func:`groups`); only each piece's own steps are read back."""
+        longest of their group (:func:`groups`); only each piece's own steps are read back. A GRU
+        on a CPU runs instead every env's whole segment in one stepped pass, the state zeroed
+        inside it (:mod:`harness.algos.gru_loop`; :meth:`stepped`)."""
         features = self.encoder(obs)  # every frame at once: the encoder has no state
+        if self.stepped(features):  # the GRU on a CPU: every env whole, in one stepped pass
+            cell = self.cell
+            weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+            return self._heads(stepped_gru(features, state, done, weights))
         steps, envs = done.shape
         piece, pos, first = pieces(done)
         # a piece's start state: its env's recorded one, zeroed unless the piece starts at step 0
@@ -149,6 +157,18 @@ class RecurrentActorCritic(nn.Module):
     # CPU kernel and steps the cell once per time step, about as fast for any number of pieces: one
     # call for all (None).
     CALL_COSTS: ClassVar[dict[str, tuple[float, float] | None]] = {"lstm": (32.0, 8.0), "gru": None}
+
+    def stepped(self, features: torch.Tensor) -> bool:
+        """Whether a GRU's segment runs in :func:`~harness.algos.gru_loop.stepped_gru` (on a CPU,
+        in float32: faster there than torch.gru's autograd, benchmarks/recurrent.py) rather than
+        in torch's fused call over pieces (an LSTM: oneDNN's kernel; a GPU: cuDNN's)."""
+        device = features.device.type
+        return (
+            not self.lstm
+            and device == "cpu"
+            and features.dtype == torch.float32
+            and not torch.is_autocast_enabled(device)
+        )
 
     def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """The cell over ``x`` ``[L, B, D]`` from ``state`` ``[B, state_size]``, without

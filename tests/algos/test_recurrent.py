@@ -151,6 +151,12 @@ def test_the_trainers_forward_restarts_from_zero_where_an_episode_ended(memory):
     assert not torch.allclose(values[5:, 0], carried[5:, 0], atol=1e-4)
 
 
+def core_of(memory: str) -> RecurrentActorCritic:
+    core = ppo(memory).policy.memory
+    assert core is not None
+    return core
+
+
 def stepped(core: RecurrentActorCritic, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor):
     """The reference for ``core.unroll``: its cell stepped once per frame, the state zeroed after
     each step that ended an episode."""
@@ -175,11 +181,16 @@ def stepped(core: RecurrentActorCritic, obs: torch.Tensor, state: torch.Tensor, 
 def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory, grouping, monkeypatch):
     """Values, actor outputs and every gradient (weights, recorded states) as the cell stepped once
     per frame, with ends after the first and the second-to-last step, in the middle, one after
-    another, at every step of one env, at the last step, and none in another env; the pieces
-    between ends in one fused call, in one call per length, and grouped as the core chooses."""
-    if grouping != "chosen":  # as the core chooses (CALL_COSTS), or every grouping's extremes
+    another, at every step of one env, at the last step, and none in another env: as the core
+    chooses on a CPU (the GRU: its TorchScript loop, harness/algos/gru_loop.py; the LSTM: its
+    pieces grouped), and the pieces between ends in one fused call and in one call per length
+    (the GRU's way on a GPU)."""
+    if grouping == "chosen":
+        assert core_of(memory).stepped(torch.zeros(1)) == (memory == "gru")
+    else:  # every grouping's extremes, in torch's fused calls
         costs = None if grouping == "one-call" else (0.0, 0.0)
         monkeypatch.setattr(RecurrentActorCritic, "CALL_COSTS", {"lstm": costs, "gru": costs})
+        monkeypatch.setattr(RecurrentActorCritic, "stepped", lambda core, features: False)
     core = ppo(memory).policy.memory
     assert core is not None
     g = torch.Generator().manual_seed(1)
