@@ -64,6 +64,7 @@ KINDS = (
     "joiner_kill",
     "collector_rank_kill",
     "disk_full",
+    "collector_rank_stop",
 )
 COLLECTORS = 4
 WHOLE_WAIT_S = 60.0  # the longest a fault waits for the job to be whole again from the one before
@@ -81,6 +82,7 @@ class Job:
     env: dict[str, str]
     port: int
     tag: str
+    trainers: int
     lines: list[tuple[float, str]] = field(default_factory=list)
     t0: float = 0.0
 
@@ -97,6 +99,14 @@ class Job:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 return None
             time.sleep(0.2)
+
+    @property
+    def collector_ranks(self) -> range:
+        return range(self.trainers, self.trainers + COLLECTORS)
+
+    def any_collector(self, seed: int) -> int:
+        """A collector rank drawn from ``seed`` and the clock."""
+        return random.Random(f"{seed}-{time.monotonic()}").choice(self.collector_ranks)
 
     def rank_pid(self, rank: int) -> int | None:
         """Rank ``rank``'s process: a child of the launcher whose environment says RANK=rank."""
@@ -144,9 +154,13 @@ def start_job(tmp: Path, args: argparse.Namespace) -> Job:
     chaos_dir.mkdir()
     overrides = [
         "env.id=chaos_env:ChaosCartPole-v0",
-        "collector.mode=async",
-        f"topology.join_port={port}",
+        f"collector.mode={args.mode}",
+        f"sync={args.scheme}",
+        f"topology.trainers={args.trainers}",
+        *([f"topology.join_port={port}"] if joinable(args) else []),
         f"seed={args.seed}",
+        f"dist_late_s={args.late_s}",
+        f"sync.late_s={args.late_s}",
         f"collector.total_frames={args.frames}",
         f"collector.max_restarts={args.collector_restarts}",
         f"collector.watchdog_s={args.watchdog_s}",
@@ -159,13 +173,13 @@ def start_job(tmp: Path, args: argparse.Namespace) -> Job:
     env = job_env({"CHAOS_DIR": str(chaos_dir), "CHAOS_TAG": tag})
     cmd = [
         sys.executable, "-m", "harness.cli.launch", "--standalone",
-        f"--nproc_per_node={1 + COLLECTORS}", f"--max-restarts={args.max_restarts}",
+        f"--nproc_per_node={args.trainers + COLLECTORS}", f"--max-restarts={args.max_restarts}",
         "-m", "harness.train", *overrides,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    job = Job(proc, run, disk, chaos_dir, overrides, env, port, tag)
+    job = Job(proc, run, disk, chaos_dir, overrides, env, port, tag, args.trainers)
     output = proc.stdout
     assert output is not None  # stdout=PIPE
     threading.Thread(
@@ -186,7 +200,7 @@ def schedule(seed: int, duration: float, every: float, kinds: list[str]) -> list
 
 def supervised_fault(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL or SIGSTOP/SIGCONT of a random collector's worker."""
-    rank = random.Random(f"{args.seed}-{time.monotonic()}").randint(1, COLLECTORS)
+    rank = job.any_collector(args.seed)
     pid = worker_of(rank, job.proc.pid)
     if pid is None:
         return {"skipped": f"collector rank {rank} has no worker now"}
@@ -242,6 +256,25 @@ def rank_fault(job: Job, rank: int) -> dict[str, Any]:
     return record | restarted(job, at, last)
 
 
+def rank_stop_fault(job: Job, rank: int, args: argparse.Namespace) -> dict[str, Any]:
+    """SIGSTOP of a collector's rank (not its worker) for ``--hang-s``, then SIGCONT. A trainer
+    names it once it has waited ``--late-s`` for it: for its batch (a sync round; in async mode
+    while the other collectors keep sending) or for it to take a weights version (a broadcast);
+    whole again when that wait ends."""
+    pid = job.rank_pid(rank)
+    if pid is None:
+        return {"skipped": f"no rank {rank} now"}
+    at = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    late = rf"collector rank {rank} has sent no batch|for ranks? {rank}, which had not applied"
+    noticed = job.wait_line(late, at, args.hang_s)
+    time.sleep(max(0.0, at + args.hang_s - time.monotonic()))
+    os.kill(pid, signal.SIGCONT)
+    back = rf"collector rank {rank} sent a batch again|weights version \d+ reached every receiver"
+    whole = job.wait_line(back, at, 60) if noticed else None
+    return {"target": f"rank {rank} pid {pid}", "at": at, "noticed": noticed, "whole": whole}
+
+
 def restarted(job: Job, at: float, last: list[dict[str, str]]) -> dict[str, Any]:
     """When torchrun's restart after ``at`` was whole again (its first row), and the frames it
     trained again (logged after the checkpoint it resumed from, then lost)."""
@@ -281,8 +314,10 @@ def disk_fault(job: Job) -> dict[str, Any]:
 def refused_fault(job: Job) -> dict[str, Any]:
     before = run_files(job.run)
     at = time.monotonic()
+    # one process: its own trainer and collector (a second trainer would need ranks of its own)
+    overrides = [o for o in job.overrides if not o.startswith("topology.trainers=")]
     out = subprocess.run(
-        [sys.executable, "-m", "harness", "train", "--nproc", "1", *job.overrides],
+        [sys.executable, "-m", "harness", "train", "--nproc", "1", *overrides],
         cwd=job.run.parent, env=job.env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     end = time.monotonic()
@@ -332,7 +367,21 @@ def joiner_fault(job: Job) -> dict[str, Any]:
     return {"target": f"joiner pid {joiner.pid}", "at": at, "noticed": noticed, "whole": noticed}
 
 
+def joinable(args: argparse.Namespace) -> bool:
+    """Whether collectors may join this layout (topology.join_port refuses the others)."""
+    return args.mode == "async" and args.trainers == 1
+
+
+def unfit(kind: str, args: argparse.Namespace) -> str | None:
+    """Why ``kind`` cannot be injected in this layout; None when it can."""
+    if kind == "joiner_kill" and not joinable(args):
+        return "collectors join only an async job with one trainer (topology.join_port refuses it)"
+    return None
+
+
 def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    if why := unfit(kind, args):
+        return {"skipped": why}
     if kind in ("worker_kill", "worker_hang"):
         return supervised_fault(job, kind, args)
     if kind.startswith("env_"):
@@ -340,9 +389,9 @@ def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     if kind == "trainer_kill":
         return rank_fault(job, 0)
     if kind == "collector_rank_kill":
-        return rank_fault(
-            job, random.Random(f"{args.seed}-{time.monotonic()}").randint(1, COLLECTORS)
-        )
+        return rank_fault(job, job.any_collector(args.seed))
+    if kind == "collector_rank_stop":
+        return rank_stop_fault(job, job.any_collector(args.seed), args)
     if kind == "disk_full":
         return disk_fault(job)
     if kind == "refused_launch":
@@ -402,6 +451,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=240.0, help="seconds of faults")
     parser.add_argument("--every", type=float, default=20.0, help="mean seconds between faults")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--mode", choices=("async", "sync"), default="async", help="collector.mode")
+    parser.add_argument(
+        "--scheme", choices=("gloo", "shm", "hierarchical"), default="gloo", help="sync="
+    )
+    parser.add_argument("--trainers", type=int, choices=(1, 2), default=1, help="topology.trainers")
+    parser.add_argument(
+        "--late-s", type=float, default=5.0, help="dist_late_s and sync.late_s: name a late rank"
+    )
     parser.add_argument("--frames", type=int, help="collector.total_frames (default: 1500/s)")
     parser.add_argument("--checkpoint-every", type=int, default=20480)
     parser.add_argument("--max-restarts", type=int, default=10, help="torchrun's")

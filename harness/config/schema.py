@@ -182,6 +182,9 @@ class Config:
     run_name: Optional[str] = None
     runs_root: str = "runs"  # where default run directories go
     dist_timeout_s: float = 120.0  # start-up and data channel timeout
+    # a trainer names, in its log, a collector whose batch it has waited for this long, or that
+    # sent none for this long while the others did (a stopped or stalled rank); 0: never
+    dist_late_s: float = 30.0
     # offline algorithms: a dataset directory (harness dataset) or minari:<id>
     dataset: Optional[str] = None
 
@@ -200,6 +203,10 @@ class Config:
             raise ValueError(
                 "dist_timeout_s must be > 0 (seconds a rank waits for its peers), got "
                 f"{self.dist_timeout_s}"
+            )
+        if self.dist_late_s < 0:
+            raise ValueError(
+                f"dist_late_s must be >= 0 (0: never name a late collector), got {self.dist_late_s}"
             )
         check_trainers(self.algo.name, self.algo, self.topology.trainers, self.collector.mode)
         self._check_join()

@@ -14,10 +14,12 @@ trainer can take every batch still in flight before it shuts down.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -25,8 +27,9 @@ from tensordict import TensorDict
 
 from harness.core.packing import buffer_of, pack, schema
 from harness.distributed.handshake import check_schema
-from harness.distributed.waits import Wait
+from harness.distributed.waits import LateWatch, Wait
 
+log = logging.getLogger("harness")
 POLL_S = (0.0005, 0.008)  # the shortest and longest pause between calls of a send's while_waiting
 
 
@@ -129,8 +132,13 @@ class BatchReceiver:
         collectors: list[int],
         template: TensorDict,
         timeout_s: float,
+        late_s: float = 0.0,
     ):
         self.group, self.rank, self.collectors, self.timeout_s = group, rank, collectors, timeout_s
+        # a collector whose batch is this late is named in the log, once, and again when it comes
+        # (0: never)
+        self.late_s, self.late = late_s, LateWatch(late_s)
+        self.named_late: dict[int, float] = {}  # collectors named late: since when they are silent
         check_schema(
             schema(template), group=group, root=0, who=f"rank {rank} (trainer)", what="batch"
         )
@@ -153,6 +161,12 @@ class BatchReceiver:
 
     def _seen(self, c: int, batch: TensorDict) -> TensorDict:
         self.last_seen[c] = time.monotonic()
+        if (since := self.named_late.pop(c, None)) is not None:
+            log.warning(
+                "rank %d (trainer): collector rank %d sent a batch again, %.1f s after its one "
+                "before",
+                self.rank, c, self.last_seen[c] - since,
+            )  # fmt: skip
         if float(batch["stats", "last"]):
             self.finished.add(c)
         return batch
@@ -174,7 +188,8 @@ class BatchReceiver:
         works = {c: self._post(c, wait) for c in self.collectors}
         for c, work in works.items():
             try:
-                work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
+                with self.late.watching(partial(self._name_late, c, "the round waits for it")):
+                    work.wait(timedelta(seconds=max(wait.remaining, 0.001)))
             except RuntimeError as e:
                 raise self._error(c, e, wait) from e
         return [self._seen(c, self.buffers[c]) for c in self.collectors]
@@ -184,6 +199,7 @@ class BatchReceiver:
         valid until the next call. Also fails, naming it, when one collector
         has sent nothing for the timeout while others keep sending. ``timeout_s``: a shorter
         wait than the channel's."""
+        self._name_silent()
         silent = [
             c
             for c in self.collectors
@@ -204,6 +220,25 @@ class BatchReceiver:
             late = min(waiting, key=self.last_seen.__getitem__)  # every collector has an entry
             raise self._error(late, e, wait) from e
         return self._seen(work._source_rank(), self.any_buffer)
+
+    def _name_late(self, c: int, meanwhile: str) -> None:
+        self.named_late[c] = self.last_seen[c]
+        log.warning(
+            "rank %d (trainer): collector rank %d has sent no batch for %.1f s (stopped or "
+            "stalled?); %s, up to dist_timeout_s=%g",
+            self.rank, c, time.monotonic() - self.last_seen[c], meanwhile, self.timeout_s,
+        )  # fmt: skip
+
+    def _name_silent(self) -> None:
+        """Name each collector that has sent nothing for ``late_s`` while another sent since:
+        silent alone, not with the others while the trainer was busy (a checkpoint, a publish)."""
+        if not self.late_s:
+            return
+        waiting = [c for c in self.collectors if c not in self.finished]
+        newest = max((self.last_seen[c] for c in waiting), default=0.0)
+        for c in waiting:
+            if c not in self.named_late and newest - self.last_seen[c] > self.late_s:
+                self._name_late(c, "the trainer goes on with the others")
 
     def drain(
         self, seen: Callable[[TensorDict], object] = lambda b: None, timeout_s: float | None = None

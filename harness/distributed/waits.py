@@ -6,11 +6,16 @@ its connection closed. A :class:`Wait` is a monotonic clock started with the
 wait: its error says how long it waited and, when the cause's text tells
 (a connection refused or closed by the other end), that the peer is gone,
 first; only a wait that ran to its limit suggests raising the limit.
+:class:`LateWatch` also names, in the log, a peer that keeps a wait going past a
+shorter bound (a stopped or stalled process), while the wait goes on.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 # What a peer's end looks like in the errors of gloo, the TCP store, the OS and the shared-memory
 # reader.
@@ -84,3 +89,55 @@ class Wait:
         """``; raise dist_timeout_s if it is only slow`` for a wait that ran out; nothing for one
         that failed."""
         return f"; raise {self.setting} if {what}" if self.ran_out and self.setting else ""
+
+
+class Late:
+    """What a watched wait learned: whether it was named late, and when it began."""
+
+    def __init__(self) -> None:
+        self.named, self.started = False, time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+class LateWatch:
+    """Names a wait that goes on past ``late_s`` (0: never), once, from a helper thread of its own,
+    while the wait goes on: a Gloo receive that a shorter wait gave up on cannot be waited on
+    again, so the wait itself is left alone. One wait at a time (its owner's thread)."""
+
+    def __init__(self, late_s: float):
+        self.late_s = late_s
+        self._cond = threading.Condition()
+        self._due: tuple[float, Callable[[], object], Late] | None = None
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watching(self, name_late: Callable[[], object]) -> Iterator[Late]:
+        """Within it, ``name_late()`` is called once the block has run ``late_s``; the
+        :class:`Late` it yields says whether it was (for a line saying when the wait ended)."""
+        late = Late()
+        if not self.late_s:
+            yield late
+            return
+        with self._cond:
+            self._due = (late.started + self.late_s, name_late, late)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="late-watch", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        try:
+            yield late
+        finally:
+            with self._cond:
+                self._due = None
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                while self._due is None or self._due[0] > time.monotonic():
+                    self._cond.wait(None if self._due is None else self._due[0] - time.monotonic())
+                _, name_late, late = self._due
+                self._due, late.named = None, True
+                name_late()  # under the lock: said before the wait's end can say it ended

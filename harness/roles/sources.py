@@ -314,5 +314,7 @@ def connect_channel(
             desk = open_join_desk(cfg, publisher, template)
         publisher.connect(algo.published_models(), algo.header_values)
     collectors = layout.collectors_of(layout.rank)
-    receiver = BatchReceiver(groups.data, layout.rank, collectors, template, cfg.dist_timeout_s)
+    receiver = BatchReceiver(
+        groups.data, layout.rank, collectors, template, cfg.dist_timeout_s, cfg.dist_late_s
+    )
     return publisher, desk, receiver

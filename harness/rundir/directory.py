@@ -49,7 +49,9 @@ MAY_CHANGE = (
     "run_name",
     "runs_root",
     "dist_timeout_s",
+    "dist_late_s",  # when a late rank is named in the log
     "sync.timeout_s",
+    "sync.late_s",
     "trainer.",
     "collector.threads",
     "collector.device",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -36,11 +37,12 @@ from tensordict import TensorDictBase
 
 from harness.core.packing import flat_region
 from harness.distributed.roll_call import RollCall, ranks_text
-from harness.distributed.waits import Wait
+from harness.distributed.waits import LateWatch, Wait
 from harness.sync.contract import Endpoint, Header, PayloadFactory, SyncError
 from harness.sync.digest import DigestPlan, PendingDigest, wrap
 from harness.sync.payload import Payload, stamp
 
+log = logging.getLogger("harness")
 # the roll call of the versions receivers applied (keys: APPLIED/<rank>)
 APPLIED = "weights-applied"
 
@@ -79,9 +81,12 @@ class BroadcastSink(_BroadcastEnd):
         store: dist.Store | None,
         bucket_bytes: int = 0,
         pairs: Sequence[dist.ProcessGroup] = (),
+        late_s: float = 0.0,
     ):
         super().__init__(endpoint, group, store, bucket_bytes)
         self.timeout_s = timeout_s
+        self.late_s = late_s
+        self.late = LateWatch(late_s)  # a wait this long names the receivers behind in the log
         # where each piece is broadcast: on a two-rank group per receiver at once (their own
         # threads write to every receiver's socket together), or on the group (Gloo's tree)
         self.lanes = list(pairs) or [group]
@@ -155,15 +160,31 @@ class BroadcastSink(_BroadcastEnd):
         for work in itertools.chain.from_iterable(works):
             self._wait(work)
 
+    def _receivers(self) -> list[int]:
+        return [r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank]
+
+    def _name_late(self) -> None:
+        late = self.applied.behind(self._receivers(), self.needed)
+        who = f"rank{'s' * (len(late) > 1)} {ranks_text(late)}" if late else "a receiver"
+        log.warning(
+            "%s: weights version %d has waited %.0f s for %s, which had not applied version %d "
+            "(stopped or stalled?); waiting up to sync.timeout_s=%g",
+            self.endpoint, self.sent, self.late_s, who, self.needed, self.timeout_s,
+        )  # fmt: skip
+
     def _wait(self, work: dist.Work) -> None:
         wait = Wait(self.timeout_s, "sync.timeout_s")
         try:
-            work.wait(timedelta(seconds=self.timeout_s))
+            with self.late.watching(self._name_late) as watched:
+                work.wait(timedelta(seconds=self.timeout_s))
+            if watched.named:
+                log.warning(
+                    "%s: weights version %d reached every receiver after %.1f s",
+                    self.endpoint, self.sent, watched.seconds,
+                )  # fmt: skip
         except RuntimeError as e:
             self._works = []
-            receivers = [
-                r for r in dist.get_process_group_ranks(self.group) if r != self.endpoint.rank
-            ]
+            receivers = self._receivers()
             late = self.applied.behind(receivers, self.needed)
             who = (
                 f"rank{'s' * (len(late) > 1)} {ranks_text(late)} had not applied version "

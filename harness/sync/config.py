@@ -19,6 +19,9 @@ class SyncConfig:
     name: str = "gloo"  # gloo | nccl | shm | hierarchical | none
     # longest wait for an update, and the longest allowed gap between publishes
     timeout_s: float = 60.0
+    # trainer 0 names, in its log, a receiver that has kept a version's broadcast waiting this long
+    # (a stopped or stalled collector rank), and the wait goes on up to timeout_s; 0: never
+    late_s: float = 30.0
     # bfloat16 halves the bytes of float32 weights, at bfloat16's precision
     wire_dtype: str = "float32"
     # shm readers where there is no futex (sync/futex.py): sleep between checks while waiting
@@ -38,6 +41,10 @@ class SyncConfig:
             )
         if self.timeout_s <= 0:
             raise ValueError(f"sync.timeout_s must be > 0, got {self.timeout_s}")
+        if self.late_s < 0:
+            raise ValueError(
+                f"sync.late_s must be >= 0 (0: never name a late receiver), got {self.late_s}"
+            )
         if self.poll_interval_s < 0:
             raise ValueError(
                 "sync.poll_interval_s must be >= 0 (seconds a shm reader sleeps between checks), "

@@ -46,6 +46,7 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
         groups.store,
         cfg.bucket_bytes,
         pairs=list(groups.scheme_pairs.values()),
+        late_s=cfg.late_s,
     )
     return Publisher(endpoint, cfg, [sink], groups.sync)
 

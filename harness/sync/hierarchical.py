@@ -46,7 +46,14 @@ def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Pub
     sinks: list[Sink] = [s for s in (local,) if s is not None]
     if groups.node_leaders(collectors):
         sinks.append(
-            BroadcastSink(endpoint, _leaders(groups), cfg.timeout_s, groups.store, cfg.bucket_bytes)
+            BroadcastSink(
+                endpoint,
+                _leaders(groups),
+                cfg.timeout_s,
+                groups.store,
+                cfg.bucket_bytes,
+                late_s=cfg.late_s,
+            )
         )
     return Publisher(
         endpoint,

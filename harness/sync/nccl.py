@@ -83,7 +83,9 @@ def _device(endpoint: Endpoint, groups: Groups) -> tuple[str, dist.ProcessGroup]
 
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
     device, group = _device(endpoint, groups)
-    sink = BroadcastSink(endpoint, group, cfg.timeout_s, groups.store, cfg.bucket_bytes)
+    sink = BroadcastSink(
+        endpoint, group, cfg.timeout_s, groups.store, cfg.bucket_bytes, late_s=cfg.late_s
+    )
     return Publisher(endpoint, cfg, [sink], groups.sync, device)
 
 

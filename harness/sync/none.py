@@ -16,7 +16,7 @@ make_groups = no_groups
 
 
 def make_publisher(endpoint: Endpoint, cfg: SyncSettings, groups: Groups) -> Publisher:
-    sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store)
+    sink = BroadcastSink(endpoint, groups.sync, cfg.timeout_s, groups.store, late_s=cfg.late_s)
     return Publisher(endpoint, cfg, [sink], groups.sync, header_only=True)
 
 

@@ -5,6 +5,7 @@ a timeout, and gets no advice to raise one (issue 30, item 9: "gave up after
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -133,3 +134,109 @@ def test_a_collector_whose_trainer_died_says_it_is_gone_not_that_it_waited_the_t
         message, r"the trainer is gone \(the connection was (?:closed|refused)\), ([\d.]+) s in\. "
     )
     assert waited <= elapsed + 0.05 and "within 30 s" not in message, message
+
+
+class Said(logging.Handler):
+    """The harness's log lines in this process, kept; ``heard(line)`` on each as it comes."""
+
+    def __init__(self, heard):
+        super().__init__()
+        self.lines: list[str] = []
+        self.heard = heard
+        logging.getLogger("harness").addHandler(self)
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+        self.heard(self.lines[-1])
+
+    def naming(self, text):
+        return [line for line in self.lines if text in line]
+
+
+def collector_falls_silent(rank, world, mode):
+    """Collector 2 sends one batch (async) or none (a sync round), then nothing until the trainer
+    has named it late (a store key says so); collector 1 keeps sending meanwhile (async)."""
+    from harness.distributed.setup import init_distributed
+
+    groups = init_distributed(Layout.from_env(1), 20)
+    store = groups.store
+    if rank == 0:
+        # said while the trainer waits for collector 2's batch (a sync round), so set from there
+        said = Said(lambda line: "rank 2 has sent no batch" in line and store.set("named", "1"))
+        receiver = BatchReceiver(groups.data, 0, [1, 2], template(), timeout_s=60, late_s=0.5)
+        while not said.naming("collector rank 2 sent a batch again"):
+            receiver.receive_any() if mode == "async" else receiver.receive()
+        store.set("done", "1")
+        receiver.drain()
+        return said.lines
+    sender = BatchSender(groups.data, rank, 0, template(), timeout_s=60)
+    batch = template()
+    if rank == 2:
+        if mode == "async":
+            sender.send(batch)
+        store.wait(["named"])
+        while not store.check(["done"]):
+            sender.send(batch)
+    while rank == 1 and not store.check(["done"]):
+        sender.send(batch)
+    sender.send_last(batch)
+    return "sent"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_trainer_names_a_collector_that_falls_silent_and_says_when_it_is_back(mode):
+    results = run_ranks(collector_falls_silent, 3, mode, timeout=90)
+    assert [results[r][0] for r in range(3)] == ["ok"] * 3, results
+    lines = results[0][1]
+    meanwhile = "the trainer goes on with the others" if mode == "async" else "the round waits"
+    named = [line for line in lines if "collector rank 2 has sent no batch" in line]
+    assert len(named) == 1 and meanwhile in named[0] and "dist_timeout_s=60" in named[0], lines
+    assert sum("collector rank 2 sent a batch again" in line for line in lines) == 1, lines
+    assert not any("collector rank 1" in line for line in lines), lines
+
+
+def receiver_takes_its_time(rank, world):
+    """Rank 1 posts its receive of a broadcast only once rank 0's wait for it was named late (a
+    store key says so)."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from harness.distributed.setup import init_distributed
+    from harness.distributed.waits import LateWatch
+
+    groups = init_distributed(Layout.from_env(1), 20)
+    store, piece = groups.store, torch.zeros(8)
+    if rank == 1:
+        store.wait(["late"])
+        dist.broadcast(piece, src=0, group=groups.sync)
+        return "received"
+    work = dist.broadcast(piece, src=0, group=groups.sync, async_op=True)
+    named = []
+    with LateWatch(0.2).watching(lambda: (named.append(1), store.set("late", "1"))) as late:
+        work.wait(timedelta(seconds=60))
+    return late.named, len(named)
+
+
+@pytest.mark.multiprocess
+def test_a_wait_names_a_late_peer_once_and_goes_on_until_it_comes():
+    results = run_ranks(receiver_takes_its_time, 2, timeout=90)
+    assert results[1] == ("ok", "received"), results
+    assert results[0] == ("ok", (True, 1)), results
+
+
+@pytest.mark.unit
+def test_a_wait_that_ends_in_time_is_not_named():
+    from harness.distributed.waits import LateWatch
+
+    named = []
+    watch = LateWatch(3600)
+    for _ in range(3):
+        with watch.watching(lambda: named.append(1)) as late:
+            pass
+        assert not late.named
+    with LateWatch(0).watching(lambda: named.append(1)) as late:  # 0: never
+        pass
+    assert named == [] and not late.named
