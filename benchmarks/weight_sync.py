@@ -63,6 +63,7 @@ from weight_sync_floors import (
     MB,
     PROCESS_GROUP_TIMEOUT_S,
     copy_ack_rank,
+    cpu_clock,
     first_for_the_oom_killer,
     fits,
     make_model,
@@ -129,6 +130,7 @@ def scheme_rank(
             memory |= {"start_maxrss_mb": maxrss_mb(), "steady_mb": status_mb("VmRSS")}
             memory["garbage_mb"], memory["retained_mb"] = release_start_up_memory()
             memory["peak_reset"] = reset_peak()
+            clock = cpu_clock()
         dist.barrier()
         if isinstance(end, WeightPublisher):
             end.publish(
@@ -140,6 +142,8 @@ def scheme_rank(
             header = end.wait(version)
             latencies.append(1000 * (time.monotonic() - header.values["t0"]))
     dist.barrier()
+    cpu_ms, voluntary, involuntary = (b - a for a, b in zip(clock, cpu_clock()))
+    memory |= {"cpu_ms": cpu_ms / samples, "switches": (voluntary + involuntary) / samples}
     memory |= {"publish_peak_mb": status_mb("VmHWM"), "shmem_mb": status_mb("RssShmem")}
     end.close()
     maxrss = max(memory.pop("start_maxrss_mb"), maxrss_mb())  # the reset cleared ru_maxrss too
@@ -231,6 +235,11 @@ def row(config: dict, runs: list[dict]) -> dict:
             "trainer_publish_extra_mb": max(extras),
             "trainer_publish_extra_launches_mb": extras,
             "trainer_shmem_mb": max(m["shmem_mb"] for m in memories),
+            # per measured publish, barriers included: medians over launches
+            "trainer_cpu_ms": statistics.median(m["cpu_ms"] for m in memories),
+            "collector_cpu_ms": statistics.median(
+                m["cpu_ms"] for run in runs for m in run["collector_memory"]
+            ),
             "collector_garbage_mb": max(
                 m["garbage_mb"] for run in runs for m in run["collector_memory"]
             ),
@@ -292,6 +301,8 @@ def line(r: dict) -> str:
             f"(shm {r['trainer_shmem_mb']:.0f}; before: garbage {r['trainer_garbage_mb']:.0f}, "
             f"retained {r['trainer_retained_mb']:.0f})"
         )
+    if "trainer_cpu_ms" in r:
+        text += f"  CPU a publish {r['trainer_cpu_ms']:.1f}/{r['collector_cpu_ms']:.1f} ms"
     if "trainer_maxrss_mb" in r:
         peaks = "/".join(f"{m:.0f}" for m in [r["trainer_maxrss_mb"], *r["collector_maxrss_mb"]])
         text += f"  peak RSS {peaks} MiB"

@@ -8,7 +8,9 @@ process of its own with ``PYTHONPATH`` set to that build's checkout (it wins ove
 install). The builds take turns, scheme by scheme, and which one goes first alternates from one
 repeat to the next, so that both see the same load on a shared machine. Each build runs with its
 own defaults (this one's ``sync.bucket_mb`` and ``sync.verify`` included). A row: each build's
-median of its launches' medians, and after / before.
+median of its launches' medians, and after / before. Where a build's benchmark measures it, each
+launch also says the CPU time a publish took in all its ranks together (user and system, every
+thread): on a shared machine a launch's latency swings with the load, its CPU time far less.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from pathlib import Path
 THIS_BUILD = Path(__file__).resolve().parents[1]
 
 
-def launch(build: Path, scheme: str, params: int, args: argparse.Namespace, out: Path) -> float:
-    """One run of ``build``'s benchmark: the median latency of ``scheme``, ms."""
+def launch(
+    build: Path, scheme: str, params: int, args: argparse.Namespace, out: Path
+) -> tuple[float, float | None]:
+    """One run of ``build``'s benchmark: the median latency of ``scheme``, ms, and the CPU time a
+    publish took in all its ranks together, ms (None where that build's benchmark does not say)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(build))
     command = [sys.executable, str(build / "benchmarks" / "weight_sync.py")]
     command += ["--sizes", str(params), "--schemes", scheme, "--json", str(out)]
@@ -35,19 +40,29 @@ def launch(build: Path, scheme: str, params: int, args: argparse.Namespace, out:
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} (PYTHONPATH={build}) failed:\n{done.stderr}")
-    return next(r["median_ms"] for r in json.loads(out.read_text()) if r["scheme"] == scheme)
+    row = next(r for r in json.loads(out.read_text()) if r["scheme"] == scheme)
+    cpu = None
+    if "trainer_cpu_ms" in row:
+        cpu = row["trainer_cpu_ms"] + args.collectors * row["collector_cpu_ms"]
+    return row["median_ms"], cpu
 
 
 def compare(params: int, args: argparse.Namespace, scratch: Path) -> list[dict]:
     builds = {"before": Path(args.before).resolve(), "after": THIS_BUILD}
     medians: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float | None]] = {}
     for repeat in range(args.repeats):
         order = ["before", "after"] if repeat % 2 == 0 else ["after", "before"]
         for scheme in args.schemes:
             for name in order:
-                ms = launch(builds[name], scheme, params, args, scratch / f"{name}.json")
+                ms, cpu = launch(builds[name], scheme, params, args, scratch / f"{name}.json")
                 medians.setdefault((scheme, name), []).append(ms)
-                print(f"  {params:>11,} {scheme:>12} {name:>6}: {ms:8.3f} ms", flush=True)
+                cpus.setdefault((scheme, name), []).append(cpu)
+                said = "" if cpu is None else f", CPU {cpu:6.1f} ms a publish (all ranks)"
+                load = os.getloadavg()[0]
+                print(
+                    f"  {params:>11,} {scheme:>12} {name:>6}: {ms:8.3f} ms{said}, load {load:.1f}"
+                )
     rows = []
     for scheme in args.schemes:
         before, after = medians[(scheme, "before")], medians[(scheme, "after")]
@@ -61,6 +76,8 @@ def compare(params: int, args: argparse.Namespace, scratch: Path) -> list[dict]:
                 "after_over_before": statistics.median(after) / statistics.median(before),
                 "before_launches_ms": before,
                 "after_launches_ms": after,
+                "before_cpu_ms": cpus[(scheme, "before")],
+                "after_cpu_ms": cpus[(scheme, "after")],
             }
         )
     return rows
