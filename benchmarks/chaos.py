@@ -1,12 +1,16 @@
-"""A chaos run (issue 54, first version): one real job on this node, faults injected from a seed.
+"""A chaos run (issue 54): one real job, faults injected from a seed.
 
-The job: async PPO on ``chaos_env:ChaosCartPole-v0`` (CartPole that breaks when told), 1 trainer
-+ 4 supervised collectors (``collector.max_restarts``, ``collector.watchdog_s``), under torchrun
-``--max-restarts`` through ``python -m harness.cli.launch``, a checkpoint every
-``--checkpoint-every`` frames, a join port. From its first row on, for ``--duration`` seconds, a
-schedule drawn from ``--seed`` injects one fault at a time, at random times, each after the job
-was whole again from the one before (or a minute passed), or with ``--overlap`` each at its time,
-whatever the others are doing:
+The job: PPO on ``chaos_env:ChaosCartPole-v0`` (CartPole that breaks when told), 1 trainer + 4
+supervised collectors (``collector.max_restarts``, ``collector.watchdog_s``) by default, under
+torchrun ``--max-restarts`` through ``python -m harness.cli.launch``, a checkpoint every
+``--checkpoint-every`` frames, a join port, ``dist_late_s`` and ``sync.late_s`` at ``--late-s``.
+Its layout: ``--mode async|sync`` (collector.mode), ``--scheme gloo|shm|hierarchical`` (sync=),
+``--trainers 1|2`` (topology.trainers), ``--nodes 1|2`` (two network namespaces, one torchrun
+agent each, benchmarks/chaos_nodes.py; not with shm, which reaches trainer 0's node only; 3
+ranks a node). From its first row on, for ``--duration`` seconds, a schedule drawn from
+``--seed`` injects one fault at a time, at random times, each after the job was whole again from
+the one before (or a minute passed), or with ``--overlap`` each at its time, whatever the others
+are doing:
 
 - ``worker_kill``: SIGKILL of a collector's worker (its env-stepping process);
 - ``worker_hang``: SIGSTOP of a worker for ``--hang-s`` (past ``collector.watchdog_s``), then
@@ -14,13 +18,23 @@ whatever the others are doing:
 - ``env_raise``, ``env_nan``: an env step that raises, or returns a NaN observation;
 - ``trainer_kill``, ``collector_rank_kill``: SIGKILL of rank 0, or of a collector's rank (not its
   worker): torchrun restarts the group, which resumes from the newest checkpoint;
-- ``disk_full``: the run directory's filesystem (a tmpfs of ``--disk-mb``, mounted for the run:
-  needs root) filled to a few kB, so that the next checkpoint cannot be written; the job names
-  it and exits, the filler goes, and torchrun's restart resumes from the newest kept checkpoint;
+- ``collector_rank_stop``: SIGSTOP of a collector's rank (not its worker) for ``--hang-s``, then
+  SIGCONT: a trainer names it after ``--late-s`` (the weights' broadcast waiting for it, or its
+  batch), and says when the wait ended;
+- ``disk_full``: the run directory's filesystem (a tmpfs of ``--disk-mb``, or the ext4 disk of
+  ``slow_disk``, mounted for the run: needs root) filled to a few kB, so that the next checkpoint
+  cannot be written; the job names it and exits, the filler goes, and torchrun's restart resumes
+  from the newest kept checkpoint;
+- ``slow_disk``: the run directory's disk (ext4 on a loop device, benchmarks/chaos_disk.py)
+  throttled to ``--slow-bps`` bytes a second until the next checkpoint is written, whose line
+  says how long it took;
 - ``refused_launch``: a second launch on the same run directory, refused while the job runs;
   the run's files are compared by hash before and after (the running job may only append to
   ``metrics.csv`` and add or rotate checkpoints);
-- ``joiner_kill``: ``harness join`` to the job's port, SIGKILLed once it joined.
+- ``joiner_kill``: ``harness join`` to the job's port, SIGKILLed once it joined (async mode, one
+  trainer: skipped in other layouts, saying so);
+- ``link_drop``: ``--nodes 2`` only: node 1's end of the veth between the nodes down for
+  ``--drop-s``, then up.
 
 Per fault: when it was injected, when the harness noticed (the first log line naming it), when
 the job was whole again. At the end (benchmarks/chaos_report.py): frames asked and trained,
@@ -28,6 +42,7 @@ duplicated or missing rows of ``metrics.csv``, every checkpoint loaded with
 ``torch.load(weights_only=True)``, shared-memory segments and processes left behind.
 
     python benchmarks/chaos.py --seed 1 --duration 240 --json /tmp/chaos.json
+    python benchmarks/chaos.py --seed 1 --duration 200 --every 20 --mode sync --json /tmp/sync.json
 """
 
 from __future__ import annotations
@@ -46,13 +61,18 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos_disk import Disk, mount_disk, slow_disk_fault
+from chaos_nodes import link_drop_fault, node_commands
 from chaos_report import final_checks, print_table, rows_of, run_files
 from collector_kills import ancestors, worker_of
 from jobs import job_env
+
+from harness.testing.netns import Node, two_nodes
 
 KINDS = (
     "worker_kill",
@@ -65,6 +85,8 @@ KINDS = (
     "collector_rank_kill",
     "disk_full",
     "collector_rank_stop",
+    "slow_disk",
+    "link_drop",
 )
 COLLECTORS = 4
 WHOLE_WAIT_S = 60.0  # the longest a fault waits for the job to be whole again from the one before
@@ -76,15 +98,37 @@ class Job:
 
     proc: subprocess.Popen
     run: Path
-    disk: Path | None  # the tmpfs the run directory is on (disk_full), if one could be mounted
+    disk: Disk | None  # the run directory's own (disk_full, slow_disk), if one could be mounted
+    no_disk: str | None  # why there is none
     chaos_dir: Path
     overrides: list[str]
     env: dict[str, str]
     port: int
     tag: str
     trainers: int
+    world: int
+    nodes: tuple[Node, Node] | None = None  # --nodes 2: the namespaces; node 1's agent in others
+    others: list[subprocess.Popen] = field(default_factory=list)
     lines: list[tuple[float, str]] = field(default_factory=list)
     t0: float = 0.0
+
+    @property
+    def launchers(self) -> list[subprocess.Popen]:
+        return [self.proc, *self.others]
+
+    @property
+    def exit_status(self) -> int | None:
+        """The first launcher's that failed, else the first one's."""
+        codes = [p.returncode for p in self.launchers]
+        return next((c for c in codes if c), codes[0])
+
+    def run_on_head(self, argv: list[str]) -> list[str]:
+        """``argv`` where the job's first node is (its namespace, with --nodes 2)."""
+        return argv if self.nodes is None else self.nodes[0].run(argv)
+
+    @property
+    def head_address(self) -> str:
+        return "127.0.0.1" if self.nodes is None else self.nodes[0].address
 
     def since(self, t: float) -> list[tuple[float, str]]:
         return [(at, line) for at, line in list(self.lines) if at >= t]
@@ -102,7 +146,7 @@ class Job:
 
     @property
     def collector_ranks(self) -> range:
-        return range(self.trainers, self.trainers + COLLECTORS)
+        return range(self.trainers, self.world)
 
     def any_collector(self, seed: int) -> int:
         """A collector rank drawn from ``seed`` and the clock."""
@@ -111,7 +155,9 @@ class Job:
     def rank_pid(self, rank: int) -> int | None:
         """Rank ``rank``'s process: a child of the launcher whose environment says RANK=rank."""
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and self.proc.pid in ancestors(int(entry.name))[:1]:
+            if entry.name.isdigit() and set(ancestors(int(entry.name))[:1]) & {
+                p.pid for p in self.launchers
+            }:
                 try:
                     environ = (entry / "environ").read_bytes().split(b"\0")
                 except OSError:
@@ -134,23 +180,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def small_disk(tmp: Path, args: argparse.Namespace) -> Path | None:
-    """A tmpfs of ``--disk-mb`` at ``tmp/disk`` for the run directory, when ``disk_full`` is in the
-    schedule and this process may mount one (root); None otherwise."""
-    if "disk_full" not in args.kinds:
-        return None
-    disk = tmp / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={args.disk_mb}m", "tmpfs", str(disk)],
-        capture_output=True,
-    )
-    return disk if mounted.returncode == 0 else None
-
-
-def start_job(tmp: Path, args: argparse.Namespace) -> Job:
-    disk = small_disk(tmp, args)
-    run, chaos_dir, port, tag = (disk or tmp) / "run", tmp / "chaos", free_port(), uuid.uuid4().hex
+def start_job(tmp: Path, args: argparse.Namespace, nodes: tuple[Node, Node] | None) -> Job:
+    disk, no_disk = mount_disk(tmp, args)
+    run, chaos_dir = (disk.path if disk else tmp) / "run", tmp / "chaos"
+    port, tag = free_port(), uuid.uuid4().hex
     chaos_dir.mkdir()
     overrides = [
         "env.id=chaos_env:ChaosCartPole-v0",
@@ -171,20 +204,49 @@ def start_job(tmp: Path, args: argparse.Namespace) -> Job:
         f"run_dir={run}",
     ]
     env = job_env({"CHAOS_DIR": str(chaos_dir), "CHAOS_TAG": tag})
-    cmd = [
-        sys.executable, "-m", "harness.cli.launch", "--standalone",
-        f"--nproc_per_node={args.trainers + COLLECTORS}", f"--max-restarts={args.max_restarts}",
-        "-m", "harness.train", *overrides,
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    job = Job(proc, run, disk, chaos_dir, overrides, env, port, tag, args.trainers)
-    output = proc.stdout
-    assert output is not None  # stdout=PIPE
-    threading.Thread(
-        target=lambda: job.lines.extend((time.monotonic(), line) for line in output), daemon=True
-    ).start()
+    per_node = -(-(args.trainers + COLLECTORS) // args.nodes)  # 2 nodes: the same number each
+    commands: list[tuple[list[str], dict[str, str]]]
+    if nodes is None:
+        commands = [
+            (
+                [
+                    sys.executable,
+                    "-m",
+                    "harness.cli.launch",
+                    "--standalone",
+                    f"--nproc_per_node={per_node}",
+                    f"--max-restarts={args.max_restarts}",
+                    "-m",
+                    "harness.train",
+                    *overrides,
+                ],
+                {},
+            )
+        ]
+    else:
+        argv = ["-m", "harness.train", *overrides]
+        commands = node_commands(nodes, per_node, argv, args, tag)
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=tmp,
+            env={**env, **extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for cmd, extra in commands
+    ]
+    world = per_node * args.nodes
+    job = Job(procs[0], run, disk, no_disk, chaos_dir, overrides, env, port, tag, args.trainers,
+              world, nodes, procs[1:])  # fmt: skip
+    for proc in procs:
+        output = proc.stdout
+        assert output is not None  # stdout=PIPE
+        threading.Thread(
+            target=lambda out=output: job.lines.extend((time.monotonic(), line) for line in out),
+            daemon=True,
+        ).start()
     return job
 
 
@@ -201,7 +263,7 @@ def schedule(seed: int, duration: float, every: float, kinds: list[str]) -> list
 def supervised_fault(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """SIGKILL or SIGSTOP/SIGCONT of a random collector's worker."""
     rank = job.any_collector(args.seed)
-    pid = worker_of(rank, job.proc.pid)
+    pid = next(filter(None, (worker_of(rank, p.pid) for p in job.launchers)), None)
     if pid is None:
         return {"skipped": f"collector rank {rank} has no worker now"}
     state = process_state(pid)  # R: stepping its envs; S: waiting, between batches
@@ -297,17 +359,17 @@ def disk_fault(job: Job) -> dict[str, Any]:
     """Fill the run directory's filesystem, leaving room for rows but not for a checkpoint, until
     the job names the full disk; then free it."""
     if job.disk is None:
-        return {"skipped": "no small disk (mounting a tmpfs needs root)"}
+        return {"skipped": f"no small disk: {job.no_disk}"}
     last = rows_of(job.run)[-1:]
-    filler = job.disk / "filler"
+    filler = job.disk.path / "filler"
     at = time.monotonic()
     with filler.open("wb") as f:
-        f.write(b"\0" * max(shutil.disk_usage(job.disk).free - 48 * 1024, 0))
+        f.write(b"\0" * max(shutil.disk_usage(job.disk.path).free - 48 * 1024, 0))
     try:
         noticed = job.wait_line(r"cannot be written: the disk is full", at, 180)
     finally:
         filler.unlink()
-    record = {"target": f"{job.disk} (tmpfs)", "at": at, "noticed": noticed}
+    record = {"target": f"{job.disk.path} ({job.disk.kind})", "at": at, "noticed": noticed}
     return record | restarted(job, at, last) if noticed else record
 
 
@@ -352,7 +414,9 @@ def changed_files(before: dict[str, bytes], after: dict[str, bytes]) -> list[str
 
 def joiner_fault(job: Job) -> dict[str, Any]:
     joiner = subprocess.Popen(
-        [sys.executable, "-m", "harness", "join", f"127.0.0.1:{job.port}"],
+        job.run_on_head(
+            [sys.executable, "-m", "harness", "join", f"{job.head_address}:{job.port}"]
+        ),
         cwd=job.run.parent, env=job.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     joined = job.wait_line(
@@ -376,6 +440,8 @@ def unfit(kind: str, args: argparse.Namespace) -> str | None:
     """Why ``kind`` cannot be injected in this layout; None when it can."""
     if kind == "joiner_kill" and not joinable(args):
         return "collectors join only an async job with one trainer (topology.join_port refuses it)"
+    if kind == "link_drop" and args.nodes == 1:
+        return "one node: no link between nodes to drop (--nodes 2)"
     return None
 
 
@@ -394,6 +460,10 @@ def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
         return rank_stop_fault(job, job.any_collector(args.seed), args)
     if kind == "disk_full":
         return disk_fault(job)
+    if kind == "slow_disk":
+        return slow_disk_fault(job, args)
+    if kind == "link_drop":
+        return link_drop_fault(job, args)
     if kind == "refused_launch":
         return refused_fault(job)
     return joiner_fault(job)
@@ -457,6 +527,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--trainers", type=int, choices=(1, 2), default=1, help="topology.trainers")
     parser.add_argument(
+        "--nodes", type=int, choices=(1, 2), default=1, help="2: two network namespaces"
+    )
+    parser.add_argument("--drop-s", type=float, default=10.0, help="link_drop: down for so long")
+    parser.add_argument(
         "--late-s", type=float, default=5.0, help="dist_late_s and sync.late_s: name a late rank"
     )
     parser.add_argument("--frames", type=int, help="collector.total_frames (default: 1500/s)")
@@ -465,13 +539,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--collector-restarts", type=int, default=50)
     parser.add_argument("--watchdog-s", type=float, default=10.0)
     parser.add_argument("--hang-s", type=float, default=15.0, help="SIGSTOP to SIGCONT")
-    parser.add_argument("--disk-mb", type=int, default=64, help="the run directory's tmpfs")
+    parser.add_argument("--disk-mb", type=int, default=64, help="the run directory's disk")
+    parser.add_argument(
+        "--slow-bps", type=int, default=16384, help="slow_disk: its writes, bytes per second"
+    )
     parser.add_argument(
         "--overlap", action="store_true", help="inject each fault on time, not after the last"
     )
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--log", help="write the job's output here, each line's time before it")
     args = parser.parse_args()
+    if args.nodes == 2 and args.scheme == "shm":
+        parser.error("--scheme shm reaches trainer 0's node only: use gloo or hierarchical")
     args.frames = args.frames or int(1500 * args.duration)
     return args
 
@@ -479,19 +558,22 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     shm_before = set(os.listdir("/dev/shm"))
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
-        job = start_job(Path(tmp), args)
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp, ExitStack() as stack:
+        nodes = stack.enter_context(two_nodes("c")) if args.nodes == 2 else None
+        job = start_job(Path(tmp), args, nodes)
         try:
             faults = chaos(job, args)
-            job.proc.wait(timeout=args.duration + 900)
+            for proc in job.launchers:
+                proc.wait(timeout=args.duration + 900)
         finally:
-            if job.proc.poll() is None:
-                job.proc.kill()
+            for proc in job.launchers:
+                if proc.poll() is None:
+                    proc.kill()
         try:
             report = final_checks(job, args, faults, shm_before)
         finally:
             if job.disk is not None:
-                subprocess.run(["umount", str(job.disk)], check=False)
+                job.disk.unmount()
     if args.log:
         Path(args.log).write_text("".join(f"{at - job.t0:9.2f} {line}" for at, line in job.lines))
     print_table(report)

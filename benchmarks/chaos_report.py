@@ -105,7 +105,7 @@ def final_checks(
         "date": time.strftime("%Y-%m-%d"),
         "seed": args.seed,
         "duration_s": args.duration,
-        "exit_status": job.proc.returncode,
+        "exit_status": job.exit_status,
         "frames_asked": args.frames,
         "frames_trained": trained,
         "rows": len(rows),

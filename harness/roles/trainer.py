@@ -183,8 +183,11 @@ class Trainer:
             "version": version,
             "wandb_id": wandb_id.read_text().strip() if wandb_id.exists() else None,
         }
+        started = time.perf_counter()
         path = checkpoint.save(self.run_dir, state, meta, self.cfg.checkpoint.keep)
-        log.info("checkpoint: %s", path)
+        # how long it took, written and synced: a slow disk shows here first
+        size = (path / "state.pt").stat().st_size / 2**20
+        log.info("checkpoint: %s (%.2f MiB in %.2f s)", path, size, time.perf_counter() - started)
         return path
 
     def receive(self) -> list[TensorDict]:

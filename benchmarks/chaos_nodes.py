@@ -1,0 +1,79 @@
+"""Two nodes for benchmarks/chaos.py (``--nodes 2``), and ``link_drop``.
+
+Two network namespaces joined by a veth pair (:mod:`harness.testing.netns`: root and iproute2),
+one torchrun agent in each, ``--max-restarts`` on both, meeting at a c10d rendezvous on the first
+node's address; Gloo binds to the veth, the only way between them. Each node runs half the ranks:
+the trainers and the first collectors on node 0, the other collectors on node 1. ``link_drop``
+takes node 1's end of the veth down for ``--drop-s`` seconds, then up again: every connection
+between the nodes (rendezvous, store, Gloo) sees nothing pass meanwhile, as when a switch port
+flaps; nothing is closed, so it is the harness's bounded waits that must notice.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.testing.netns import PORT, Node, ip_command
+
+if TYPE_CHECKING:
+    import argparse
+
+    from chaos import Job
+
+
+def node_commands(
+    nodes: tuple[Node, Node], per_node: int, argv: list[str], args: argparse.Namespace, tag: str
+) -> list[tuple[list[str], dict[str, str]]]:
+    """Each node's torchrun agent: its command and what its environment adds."""
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    head = nodes[0]
+    return [
+        (
+            node.run(
+                [
+                    torchrun,
+                    "--nnodes=2",
+                    f"--node_rank={i}",
+                    f"--nproc_per_node={per_node}",
+                    "--rdzv_backend=c10d",
+                    f"--rdzv_endpoint={head.address}:{PORT}",
+                    f"--rdzv_id=chaos-{tag[:8]}",
+                    f"--rdzv_conf=is_host={int(node == head)},join_timeout=120",
+                    f"--local_addr={node.address}",
+                    f"--max-restarts={args.max_restarts}",
+                    *argv,
+                ]
+            ),
+            node.env(),
+        )
+        for i, node in enumerate(nodes)
+    ]
+
+
+def link_drop_fault(job: Job, args: argparse.Namespace) -> dict[str, Any]:
+    """Node 1's end of the veth down for ``--drop-s``, then up. Noticed: the first line after it
+    that names a late or lost peer; whole again: the line that says the wait ended, or the
+    resumed run's first row after a restart."""
+    assert job.nodes is not None  # chaos.unfit skips it on one node
+    node = job.nodes[1]
+    link = [ip_command(), "-n", node.namespace, "link", "set", node.interface]
+    at = time.monotonic()
+    subprocess.run([*link, "down"], check=True)
+    try:
+        named = r"has sent no batch|had not applied|failed \(exitcode|resumed from|[Ee]rror"
+        noticed = job.wait_line(named, at, args.drop_s + 120)
+    finally:
+        time.sleep(max(0.0, at + args.drop_s - time.monotonic()))
+        subprocess.run([*link, "up"], check=True)
+    back = r"sent a batch again|reached every receiver|resumed from"
+    whole = job.wait_line(back, at, 180) if noticed else None
+    return {
+        "target": f"{node.interface} ({node.namespace}) down for {args.drop_s:g} s",
+        "at": at,
+        "noticed": noticed,
+        "whole": whole,
+    }
