@@ -328,7 +328,8 @@ def rank_stop_fault(job: Job, rank: int, args: argparse.Namespace) -> dict[str, 
         return {"skipped": f"no rank {rank} now"}
     at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
-    late = rf"collector rank {rank} has sent no batch|for ranks? {rank}, which had not applied"
+    listed = rf"for ranks? (?:[\d, -]*\D)?{rank}\b[\d, -]*, which"  # among the ranks named
+    late = rf"collector rank {rank} has sent no batch|{listed}"
     noticed = job.wait_line(late, at, args.hang_s)
     time.sleep(max(0.0, at + args.hang_s - time.monotonic()))
     os.kill(pid, signal.SIGCONT)

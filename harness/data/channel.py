@@ -149,6 +149,7 @@ class BatchReceiver:
         self.any_wire = buffer_of(self.any_buffer)
         self.finished: set[int] = set()  # collectors whose final message arrived
         self.last_seen = {c: time.monotonic() for c in collectors}
+        self.taken, self.taken_at = 0, dict.fromkeys(collectors, 0)  # batches taken: all, at each's
 
     def _error(self, c: int, cause: object, wait: Wait) -> ChannelError:
         """Collector ``c``'s batch did not come: ``wait`` says for how long, and whether it is
@@ -161,6 +162,8 @@ class BatchReceiver:
 
     def _seen(self, c: int, batch: TensorDict) -> TensorDict:
         self.last_seen[c] = time.monotonic()
+        self.taken += 1
+        self.taken_at[c] = self.taken
         if (since := self.named_late.pop(c, None)) is not None:
             log.warning(
                 "rank %d (trainer): collector rank %d sent a batch again, %.1f s after its one "
@@ -230,14 +233,20 @@ class BatchReceiver:
         )  # fmt: skip
 
     def _name_silent(self) -> None:
-        """Name each collector that has sent nothing for ``late_s`` while another sent since:
-        silent alone, not with the others while the trainer was busy (a checkpoint, a publish)."""
+        """Name each collector that has sent nothing for ``late_s`` while the trainer took two
+        batches per collector from the others: silent alone, not with the others after the
+        trainer itself was busy (a checkpoint, a publish), when every collector's batch is
+        queued and the first taken would make the rest look silent."""
         if not self.late_s:
             return
-        waiting = [c for c in self.collectors if c not in self.finished]
-        newest = max((self.last_seen[c] for c in waiting), default=0.0)
-        for c in waiting:
-            if c not in self.named_late and newest - self.last_seen[c] > self.late_s:
+        now, enough = time.monotonic(), 2 * len(self.collectors)
+        for c in self.collectors:
+            if (
+                c not in self.finished
+                and c not in self.named_late
+                and now - self.last_seen[c] > self.late_s
+                and self.taken - self.taken_at[c] >= enough
+            ):
                 self._name_late(c, "the trainer goes on with the others")
 
     def drain(
