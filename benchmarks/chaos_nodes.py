@@ -64,7 +64,7 @@ def link_drop_fault(job: Job, args: argparse.Namespace) -> dict[str, Any]:
     at = time.monotonic()
     subprocess.run([*link, "down"], check=True)
     try:
-        named = r"has sent no batch|had not applied|failed \(exitcode|resumed from|[Ee]rror"
+        named = r"no batch from any|has sent no batch|had not applied|failed \(exitcode|[Ee]rror"
         noticed = job.wait_line(named, at, args.drop_s + 120)
     finally:
         time.sleep(max(0.0, at + args.drop_s - time.monotonic()))

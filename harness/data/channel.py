@@ -27,6 +27,7 @@ from tensordict import TensorDict
 
 from harness.core.packing import buffer_of, pack, schema
 from harness.distributed.handshake import check_schema
+from harness.distributed.roll_call import ranks_text
 from harness.distributed.waits import LateWatch, Wait
 
 log = logging.getLogger("harness")
@@ -214,12 +215,13 @@ class BatchReceiver:
             raise self._error(silent[0], "the other collectors kept sending", since)
         limit, name = (self.timeout_s, "dist_timeout_s") if timeout_s is None else (timeout_s, "")
         wait = Wait(limit, name)
+        waiting = [c for c in self.collectors if c not in self.finished]
         try:
             work = dist.irecv(self.any_wire, group=self.group)  # from any source
             assert work is not None  # None only on a rank outside the group
-            work.wait(timedelta(seconds=limit))
+            with self.late.watching(partial(self._name_all_late, waiting)):
+                work.wait(timedelta(seconds=limit))
         except RuntimeError as e:
-            waiting = [c for c in self.collectors if c not in self.finished]
             late = min(waiting, key=self.last_seen.__getitem__)  # every collector has an entry
             raise self._error(late, e, wait) from e
         return self._seen(work._source_rank(), self.any_buffer)
@@ -230,6 +232,17 @@ class BatchReceiver:
             "rank %d (trainer): collector rank %d has sent no batch for %.1f s (stopped or "
             "stalled?); %s, up to dist_timeout_s=%g",
             self.rank, c, time.monotonic() - self.last_seen[c], meanwhile, self.timeout_s,
+        )  # fmt: skip
+
+    def _name_all_late(self, waiting: list[int]) -> None:
+        """No batch from any collector for ``late_s`` (async): all of them stopped, or cut off
+        from the trainer (a link between nodes)."""
+        for c in waiting:
+            self.named_late.setdefault(c, self.last_seen[c])
+        log.warning(
+            "rank %d (trainer): no batch from any collector (ranks %s) for %.0f s (stopped, "
+            "stalled or cut off?); waiting up to dist_timeout_s=%g",
+            self.rank, ranks_text(waiting), self.late_s, self.timeout_s,
         )  # fmt: skip
 
     def _name_silent(self) -> None:
