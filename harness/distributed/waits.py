@@ -112,6 +112,7 @@ class LateWatch:
         self._cond = threading.Condition()
         self._due: tuple[float, Callable[[], object], Late] | None = None
         self._thread: threading.Thread | None = None
+        self._idle = False  # the helper waits for a wait to watch, without a deadline
 
     @contextmanager
     def watching(self, name_late: Callable[[], object]) -> Iterator[Late]:
@@ -126,7 +127,8 @@ class LateWatch:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="late-watch", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._idle:  # else it wakes at the deadline it has and finds this one: no
+                self._cond.notify()  # wake-up per wait (one per batch, one per publish)
         try:
             yield late
         finally:
@@ -137,7 +139,9 @@ class LateWatch:
         while True:
             with self._cond:
                 while self._due is None or self._due[0] > time.monotonic():
+                    self._idle = self._due is None
                     self._cond.wait(None if self._due is None else self._due[0] - time.monotonic())
+                    self._idle = False
                 _, name_late, late = self._due
                 self._due, late.named = None, True
                 name_late()  # under the lock: said before the wait's end can say it ended
