@@ -17,8 +17,9 @@ Update: ``algo.update`` on a round as the preset's trainer gets it, two collecto
 envs x 64 steps, collected above by the same kind of collector, two batches of one collector
 standing in for two): one forward without gradients over the whole round for GAE's values
 (``replay``), then 4 epochs x 4 minibatches of 8 whole env sequences, each the encoder, the
-recurrence over 64 steps from the recorded state (zeroed after episode ends; fused calls over the
-sequences' pieces between ends: one for the GRU, one per group of similar lengths for the LSTM),
+recurrence over 64 steps from the recorded state (zeroed after episode ends; the GRU: one stepped
+TorchScript pass over every env with its own backward, ``harness/algos/gru_loop.py``; the LSTM:
+oneDNN's fused calls over the sequences' pieces between ends, one per group of similar lengths),
 both heads (one layer), the PPO loss, backward, gradient clipping and an Adam step. The floor: a
 plain ``torch.nn.GRU`` (or ``nn.LSTM``) of the same sizes (input: the
 encoder's 64 features, hidden: ``algo.memory_size``), forward and backward over one minibatch's
@@ -27,14 +28,18 @@ resets), as many times as the update takes minibatch steps (16): only the recurr
 rest. The ratio is each round's update / floor (target: at most 1.3). On a CPU, torch's ``nn.LSTM``
 runs forward and backward as oneDNN's fused RNN (``mkldnn_rnn_layer``), a true floor; ``nn.GRU``
 has no fused CPU path for training (it steps the cell and back-propagates through every step's
-operations, as the harness does) and takes about three times ``nn.LSTM``'s time though it
-multiplies less: the GRU's ratio is against a weaker floor. ``replay share``: the part of the
-update in the forward for GAE. For context, ``algo.memory=none``'s update on a round of the
-feed-forward collector's frames.
+operations) and takes about three times ``nn.LSTM``'s time though it multiplies less: the GRU's
+ratio is against a weaker floor, which the harness's own GRU pass (the same maths, its weight
+gradients in one matrix product) runs faster than (a ratio under 1 is possible). ``replay
+share``: the part of the update in the forward for GAE. For context, ``algo.memory=none``'s update
+on a round of the feed-forward collector's frames.
 
 Each round times every case once, in turn (the order reversed every other round, so that a shared
 machine's load falls on all alike), after one untimed warm-up round; Python's garbage collector
-runs, untimed, before each timed call. Medians.
+runs, untimed, before each timed call. Medians. The targets are judged on the wall clock, as
+before; beside each ratio, the same ratio of this thread's CPU time (``time.thread_time``: the
+envs, the policy and the update all run on it), which a machine shared with more runnable jobs
+than cores sways less (added 2026-12-07, when the load average stood at 10-14 on 2 cores).
 """
 
 from __future__ import annotations
@@ -76,20 +81,26 @@ def preset(memory: str) -> Config:
         return load(compose("config", overrides=["experiment=ppo_popgym", f"algo.memory={memory}"]))
 
 
-def rounds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+def rounds(
+    fns: dict[str, Callable[[], object]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Seconds of each of ``fns`` in each of ``repeats`` rounds (after a warm-up round), every
-    round running each once, in turn, the order reversed every other round."""
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    round running each once, in turn, the order reversed every other round: wall-clock seconds,
+    and this thread's CPU seconds (on a shared, oversubscribed machine the wall clock also counts
+    the time other jobs held the core; everything here runs on this one thread)."""
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
     for round_ in range(repeats + 1):
         order = list(fns) if round_ % 2 else list(reversed(fns))
         for name in order:
             gc.collect()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             fns[name]()
-            seconds = time.perf_counter() - start
+            seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - start_cpu
             if round_:
-                samples[name].append(seconds)
-    return samples
+                wall[name].append(seconds)
+                cpu[name].append(cpu_seconds)
+    return wall, cpu
 
 
 def collector_rows(
@@ -101,7 +112,7 @@ def collector_rows(
     def collect(collector: RolloutCollector) -> Callable[[], object]:
         return lambda: [collector.collect(Header(0)) for _ in range(BATCHES)]
 
-    samples = rounds({m: collect(c) for m, c in collectors.items()}, repeats)
+    samples, cpu = rounds({m: collect(c) for m, c in collectors.items()}, repeats)
     rows = []
     for memory, seconds in samples.items():
         ratios = [none / own for own, none in zip(seconds, samples["none"])]  # fps ratio
@@ -111,6 +122,9 @@ def collector_rows(
         }
         if memory != "none":
             row["vs_none"] = statistics.median(ratios)
+            row["vs_none_cpu"] = statistics.median(
+                none / own for own, none in zip(cpu[memory], cpu["none"])
+            )
             row["target_met"] = row["vs_none"] >= COLLECTOR_TARGET
         rows.append(row)
     return rows, frames
@@ -188,7 +202,7 @@ def update_rows(
         )
         shape = {"steps": steps, "envs": envs, "minibatch_envs": per_minibatch, "passes": passes}
         shape["features"] = features
-    samples = rounds(fns, repeats)
+    samples, cpu = rounds(fns, repeats)
     rows: list[dict[str, Any]] = []
     for memory in configs:
         update = samples[f"update/{memory}"]
@@ -196,10 +210,12 @@ def update_rows(
         if memory != "none":
             floor = samples[f"floor/{memory}"]
             ratios = [u / f for u, f in zip(update, floor)]
+            cpu_ratios = zip(cpu[f"update/{memory}"], cpu[f"floor/{memory}"])
             in_replay = replays[memory][-len(update) :]  # the timed rounds' (warm-up's first)
             row |= {
                 "floor_ms": 1e3 * statistics.median(floor),
                 "vs_floor": statistics.median(ratios),
+                "vs_floor_cpu": statistics.median(u / f for u, f in cpu_ratios),
                 "replay_share": statistics.median(r / u for r, u in zip(in_replay, update)),
                 **shape,
             }
@@ -215,7 +231,7 @@ def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, 
         line = f"  memory={row['case'].split('/')[1]:<5} {row['frames_per_s']:9,.0f} frames/s"
         if "vs_none" in row:
             target = f"target >= {COLLECTOR_TARGET}x: {met[row['target_met']]}"
-            line += f"   {row['vs_none']:.2f}x none ({target})"
+            line += f"   {row['vs_none']:.2f}x none ({target}; CPU time {row['vs_none_cpu']:.2f}x)"
         print(line)
     shape = next(row for row in update if "passes" in row)
     print(
@@ -229,7 +245,8 @@ def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, 
         if "vs_floor" in row:
             target = f"target <= {UPDATE_TARGET}x: {met[row['target_met']]}"
             line += (
-                f"   floor {row['floor_ms']:6.1f} ms   {row['vs_floor']:.2f}x floor ({target})"
+                f"   floor {row['floor_ms']:6.1f} ms   {row['vs_floor']:.2f}x floor ({target}; CPU "
+                f"time {row['vs_floor_cpu']:.2f}x)"
                 f"   replay share {row['replay_share']:.0%}"
             )
         else:
