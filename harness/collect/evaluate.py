@@ -154,7 +154,8 @@ class Evaluation:
         if self.videos is not None and frames:
             fps = self.envs.envs[0].metadata.get("render_fps") or 30
             self.videos.save(frames, fps, f"{header.frames:012d}-v{header.version:06d}")
-        return EvalResult(header.version, float(len(returns)), math.fsum(returns))
+        squares = math.fsum(r * r for r in returns)
+        return EvalResult(header.version, float(len(returns)), math.fsum(returns), squares)
 
     def close(self) -> None:
         self.envs.close()
@@ -183,6 +184,7 @@ class PeriodicEvaluation:
         if self.result is not None:
             batch["stats", "eval_episodes"].fill_(self.result.episodes)
             batch["stats", "eval_return_sum"].fill_(self.result.return_sum)
+            batch["stats", "eval_return_sq_sum"].fill_(self.result.return_sq_sum)
             self.result = None
 
     def maybe_run(self, batch: TensorDict, header: Header) -> None:

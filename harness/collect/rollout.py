@@ -43,6 +43,7 @@ STATS = (
     "length_sum",
     "eval_episodes",
     "eval_return_sum",
+    "eval_return_sq_sum",
     "env_restarts",
     "preempt",
     "last",

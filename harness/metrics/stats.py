@@ -9,11 +9,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import astuple, dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, cast
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
+
+
+def standard_error(count: float, total: float, squares: float) -> float:
+    """The standard error of the mean of ``count`` values from their sum and sum of squares: the
+    sample standard deviation (n - 1) over sqrt(n); nan for fewer than two values."""
+    if count < 2:
+        return math.nan
+    # clamped: rounding can take the sum of squared deviations of equal values below zero
+    variance = max(squares - total * total / count, 0.0) / (count - 1)
+    return math.sqrt(variance / count)
 
 
 @dataclass
@@ -26,6 +36,7 @@ class RolloutStats:
     length_sum: float = 0.0
     eval_episodes: float = 0.0
     eval_return_sum: float = 0.0
+    eval_return_sq_sum: float = 0.0  # their squared returns, for eval/return_sem
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
     frames_dropped: float = 0.0  # their frames
     # envs that raised and were made again (their broken episode is not counted)
@@ -53,6 +64,7 @@ class RolloutStats:
         self.length_sum += float(stats["length_sum"])
         self.eval_episodes += float(stats["eval_episodes"])
         self.eval_return_sum += float(stats["eval_return_sum"])
+        self.eval_return_sq_sum += float(stats["eval_return_sq_sum"])
         self.add_faults(batch)
         self.collect_s += float(stats["collect_s"])
         self.collector_wait_s += float(stats["wait_s"])
@@ -114,6 +126,9 @@ class RolloutStats:
         }
         if self.eval_episodes:
             row["eval/return"] = self.eval_return_sum / self.eval_episodes
+            row["eval/return_sem"] = standard_error(
+                self.eval_episodes, self.eval_return_sum, self.eval_return_sq_sum
+            )
         return row
 
 
@@ -123,6 +138,7 @@ class EvalResult(NamedTuple):
     version: int
     episodes: float
     return_sum: float
+    return_sq_sum: float  # the sum of the squared episode returns
 
 
 @dataclass
@@ -131,12 +147,14 @@ class EvalStats:
 
     episodes: float = 0.0
     return_sum: float = 0.0
+    return_sq_sum: float = 0.0
     version: int = -1  # the newest version evaluated
 
     def add(self, results: list[EvalResult]) -> None:
         for result in results:
             self.episodes += result.episodes
             self.return_sum += result.return_sum
+            self.return_sq_sum += result.return_sq_sum
             self.version = max(self.version, result.version)
 
     def row(self, normalize: Callable[[float], Optional[float]] | None = None) -> dict[str, float]:
@@ -144,8 +162,17 @@ class EvalStats:
         if not self.episodes:
             return {}
         ret = self.return_sum / self.episodes
-        row = {"eval/return": ret, "eval/episodes": self.episodes, "eval/version": self.version}
+        sem = standard_error(self.episodes, self.return_sum, self.return_sq_sum)
+        row = {
+            "eval/return": ret,
+            "eval/return_sem": sem,
+            "eval/episodes": self.episodes,
+            "eval/version": self.version,
+        }
         score = normalize(ret) if normalize is not None else None
-        if score is not None:
+        if normalize is not None and score is not None:
             row["eval/normalized_score"] = score
+            # the normaliser is linear: the same error times its factor
+            factor = cast(float, normalize(1.0)) - cast(float, normalize(0.0))
+            row["eval/normalized_score_sem"] = sem * abs(factor)
         return row

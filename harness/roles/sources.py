@@ -151,6 +151,7 @@ class RemoteEvaluations:
                                 version,
                                 float(stats["eval_episodes"]),
                                 float(stats["eval_return_sum"]),
+                                float(stats["eval_return_sq_sum"]),
                             )
                         )
                         self.newest[int(message["rank"])] = version

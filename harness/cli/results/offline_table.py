@@ -64,6 +64,17 @@ def evaluations(rows: list[dict]) -> list[tuple[float, float]]:
     ]
 
 
+def final_sem(rows: list[dict]) -> float | None:
+    """The standard error of a run's final return (the mean of its last three evaluations) from
+    their ``eval/return_sem``: the root of their squares' sum over three (evaluations independent);
+    None where the metrics have no SEM (runs from before it was logged) or one is nan."""
+    evaluated = [r for r in rows if r.get("eval/return") not in (None, "", "nan")][-3:]
+    sems = [float(r.get("eval/return_sem") or "nan") for r in evaluated]
+    if not sems or any(math.isnan(s) for s in sems):
+        return None
+    return math.sqrt(sum(s * s for s in sems)) / len(sems)
+
+
 def normalised_at(
     rows: list[dict], steps: int, normalized: Callable[[float], float | None]
 ) -> float:
@@ -91,6 +102,7 @@ def offline_row(
     finals = [statistics.mean([e for _, e in evaluations(rows)][-3:]) for rows in tables]
     mean = statistics.mean(finals)
     spread = f" ± {statistics.stdev(finals):.1f}" if len(finals) > 1 else ""
+    return_sem, score_sem = sem_cells(tables, meta)
     at = []
     for steps in scored_at:
         scores = [
@@ -107,13 +119,26 @@ def offline_row(
         dataset_name,
         f"{steps_run:,}",
         str(len(finals)),
-        f"{mean:.1f}{spread}",
-        score(meta.normalized(mean)),
+        f"{mean:.1f}{spread}{return_sem}",
+        score(meta.normalized(mean)) + (score_sem if meta.normalized(mean) is not None else ""),
         " / ".join(at),
         f"{meta.behaviour_return:.1f} ({verdict})",
         f"{wall:.0f} s",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def sem_cells(tables: list[list[dict]], meta: Meta) -> tuple[str, str]:
+    """`` (SEM x)`` beside the final return and the normalised score: the standard error of the
+    mean over seeds of each seed's final return, from the evaluations' ``eval/return_sem``; empty
+    where a run's metrics have none."""
+    sems = [final_sem(rows) for rows in tables]
+    if any(s is None for s in sems):
+        return "", ""
+    sem = math.sqrt(sum(s * s for s in sems if s is not None)) / len(sems)
+    low, high = meta.normalized(0.0), meta.normalized(1.0)
+    factor = abs(high - low) if low is not None and high is not None else math.nan
+    return f" (SEM {sem:.1f})", f" (SEM {sem * factor:.1f})"
 
 
 def section(
@@ -130,7 +155,9 @@ def section(
         f"return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert "
         f"{meta.expert_return:.1f} (the fully trained policy, deterministic).\n"
         "Final return: per seed, the mean `eval/return` of the last three evaluations "
-        f"({episodes} deterministic episodes each); normalised: "
+        f"({episodes} deterministic episodes each), ± the standard deviation over seeds, and "
+        "(SEM x) the evaluation episodes' standard error of that mean (from `eval/return_sem`; "
+        "none for runs logged before it); normalised: "
         "`100 * (R - random) / (expert - random)`; at N steps: the newest evaluation by then, mean "
         "over seeds (- where no run got there). Wall time: `time_s` of a run's last row, mean over "
         "seeds.\n\n" + TABLE_HEAD.format(at=at)
