@@ -577,6 +577,7 @@ def test_offline_run_in_one_process_resumes_counting_gradient_steps(workdir):
     assert all(r["eval/return"] for r in rows) and [
         int(float(r["eval/version"])) for r in rows
     ] == [1, 2, 3, 4]
+    assert all(r["eval/return_sem"] not in ("", "nan") for r in rows)  # 2 episodes an evaluation
     obs = dataset.load(workdir / "rand", "CartPole-v1")[0]["obs"].double()
     saved = checkpoint.read(checkpoint.checkpoint_dir(workdir / "run") / "step-000000000400")[0][
         "algo"
