@@ -15,11 +15,10 @@ from harness.cli.results import offline_table as oc
 from harness.collect.envs import spec_of
 from harness.collect.evaluate import Evaluation, PeriodicEvaluation, evaluate
 from harness.collect.rollout import STATS
-from harness.data.format import Meta
 from harness.metrics.stats import EvalResult, EvalStats, RolloutStats
 from harness.sync.contract import Header
 from tests.toy_algo import ToyPGPolicy
-from tests.watching.test_results import offline_run
+from tests.watching.test_results import hopper_meta, offline_run
 
 
 def sem(returns: list[float]) -> float:
@@ -92,14 +91,7 @@ def test_one_episode_has_no_standard_error_and_a_row_without_evaluations_no_colu
 def test_the_offline_table_shows_the_final_returns_standard_error_where_the_metrics_have_it(
     tmp_path,
 ):
-    meta = Meta(
-        env="Hopper-v5",
-        transitions=10,
-        episodes=1,
-        behaviour_return=500.0,
-        random_return=0.0,
-        expert_return=1000.0,
-    )
+    meta = hopper_meta()
     for seed, final in (("s1", 600), ("s2", 800)):
         offline_run(tmp_path / seed, {1000: 100, 2000: 200, 3000: final}, 3000, 30)
         metrics = tmp_path / seed / "metrics.csv"

@@ -115,6 +115,18 @@ def test_table_replaces_its_rows_and_keeps_the_others_and_every_section(tmp_path
     assert text.endswith(offline) and text.count(sc.HEADER) == 1
 
 
+def hopper_meta() -> Meta:
+    """A Hopper dataset's meta whose references make a normalised score of a return / 10."""
+    return Meta(
+        env="Hopper-v5",
+        transitions=10,
+        episodes=1,
+        behaviour_return=500.0,
+        random_return=0.0,
+        expert_return=1000.0,
+    )
+
+
 def offline_run(run_dir, evaluations, last_step, time_s):
     """An offline run directory: a metrics row every 1,000 gradient steps, ``evaluations`` at the
     given steps."""
@@ -128,14 +140,7 @@ def offline_run(run_dir, evaluations, last_step, time_s):
 
 
 def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
-    meta = Meta(
-        env="Hopper-v5",
-        transitions=10,
-        episodes=1,
-        behaviour_return=500.0,
-        random_return=0.0,
-        expert_return=1000.0,
-    )
+    meta = hopper_meta()
     offline_run(
         tmp_path / "s1", {2000: 100, 4000: 300, 9000: 700, 10000: 900, 11000: 800}, 11000, 110
     )
