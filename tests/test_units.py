@@ -159,3 +159,27 @@ def test_rank_lists_read_as_ranges():
         and ranks_text([]) == ""
     )
     assert RollCall(None, "joined").behind([1, 2]) is None  # no store: nobody can be named
+
+
+@pytest.mark.unit
+def test_a_process_starts_without_torch_dynamo_and_tensordicts_compile_marks_still_apply():
+    """harness.core.quick_import: tensordict is imported without ``torch._dynamo``; its
+    ``allow_in_graph`` marks land in dynamo's table when compiling starts, as torch's own would."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, harness.train\n"
+        "assert 'torch._dynamo' not in sys.modules, 'dynamo loaded at import'\n"
+        "from tensordict.base import _foreach_copy_compiled as fn\n"
+        "from tensordict.utils import _lock_warn\n"
+        "assert _lock_warn._dynamo_marked_constant\n"
+        "from harness.core import quick_import\n"
+        "quick_import.mark_for_compile()\n"
+        "from torch._dynamo import trace_rules\n"
+        "assert id(fn) in trace_rules._allowed_callable_ids, 'allow_in_graph not applied'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr

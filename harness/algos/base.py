@@ -23,6 +23,7 @@ from torch.distributed import ProcessGroup
 from harness.algos.normalize import ObsNormalizer
 from harness.algos.ranges import POSITIVE, check_ranges, ranged
 from harness.algos.transfer import HostToDevice
+from harness.core import quick_import
 from harness.core.packing import pack_parameters_
 from harness.core.specs import EnvSpec
 
@@ -214,6 +215,7 @@ class Algorithm(abc.ABC, Generic[ConfigT, PolicyT]):
         self.obs_norm = cast(Optional[ObsNormalizer], self.models.get("obs_norm"))
         # Compiled lazily, at the first call.
         if self.compile_by_default if cfg.compile is None else cfg.compile:
+            quick_import.mark_for_compile()
             for name in self.compiled:
                 setattr(self, name, torch.compile(getattr(self, name)))
 
