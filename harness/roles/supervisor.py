@@ -21,7 +21,11 @@ changes, so every weight sync scheme's guarantees hold as they are.
 - Watching: the worker's death shows at once (its process sentinel); a stall
   shows in its heartbeat, the time of its last env step, which it writes
   while it collects: a worker that takes no step for ``collector.watchdog_s``
-  is killed and replaced, also when the env holds the GIL.
+  is killed and replaced, also when the env holds the GIL. Between batches
+  (handing one over, evaluating, waiting for weights) no step is due: there a
+  thread of the worker's writes its pulse, and one that shows none for
+  ``collector.watchdog_s`` (stopped, or hung holding the GIL) is killed and
+  replaced once its rank next waits for it.
 
 Past the limit, or when the first worker raises before any batch came (a
 replacement would raise the same), the rank raises an error naming the
@@ -96,7 +100,8 @@ class Incarnation:
 
     process: mp.process.BaseProcess
     conn: Connection
-    # [time of its last env step while collecting (0: not stepping), frames since its last batch]
+    # [time of its last env step while collecting (0: not stepping), frames since its last batch,
+    # its pulse: the time, written every fraction of a second while it lives (0: not yet)]
     heartbeat: np.ndarray
     started: float  # time.monotonic()
     ready: bool = False
@@ -128,7 +133,7 @@ class Supervisor:
         return f"collector rank {self.rank} (env {self.cfg.env.id})"
 
     def _spawn(self) -> Incarnation:
-        heartbeat = torch.zeros(2, dtype=torch.float64).share_memory_()
+        heartbeat = torch.zeros(3, dtype=torch.float64).share_memory_()
         ours, theirs = self.ctx.Pipe()
         args = (
             self.cfg,
@@ -200,20 +205,27 @@ class Supervisor:
                 w.process.join(5)
                 self.cause = describe_exit(w.process.exitcode, error)
                 return None
-            now, beat = time.monotonic(), w.heartbeat[0]
-            stalled = (not w.ready and now - w.started > self.start_s) or (
-                beat and now - beat > self.watchdog_s
-            )
-            if stalled:
+            if what := self._stalled(w):
                 w.process.kill()
                 w.process.join(5)
-                what = (
-                    f"took no env step for {self.watchdog_s:g} s (collector.watchdog_s)"
-                    if w.ready
-                    else (f"did not make its envs in {self.start_s:g} s")
-                )
                 self.cause = f"{what}; its rank killed it"
                 return None
+
+    def _stalled(self, w: Incarnation) -> str | None:
+        """How worker ``w`` stalled, if it did: no env step for ``collector.watchdog_s`` while it
+        collects, no pulse for as long between batches, or no envs made in ``start_s``."""
+        now, step, alive = time.monotonic(), w.heartbeat[0], w.heartbeat[2]
+        if not w.ready:
+            stalled = now - w.started > self.start_s
+            return f"did not make its envs in {self.start_s:g} s" if stalled else None
+        if step and now - step > self.watchdog_s:
+            return f"took no env step for {self.watchdog_s:g} s (collector.watchdog_s)"
+        if alive and now - alive > self.watchdog_s:
+            return (
+                f"showed no sign of life for {now - alive:.1f} s between batches (stopped, or hung "
+                f"holding the GIL; collector.watchdog_s={self.watchdog_s:g})"
+            )
+        return None
 
     def _replace(self) -> None:
         """Start a new worker in place of the one that failed, or give up."""

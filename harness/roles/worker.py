@@ -24,6 +24,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import signal
+import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -44,6 +46,19 @@ PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15  # prctl(2)
 # replaces (collector.max_restarts), rather than a rank, whose death restarts the whole job. Any
 # process may raise its own score (lowering needs CAP_SYS_RESOURCE).
 OOM_SCORE_ADJ = 500
+
+
+def pulse(beat: np.ndarray, every_s: float) -> None:
+    """Write the time into ``beat[2]`` every ``every_s``, from a thread of its own, for as long as
+    the process lives: its rank sees it alive also between batches, when no env step is watched.
+    A stopped worker (SIGSTOP) stops it, and so does one hung holding the GIL."""
+
+    def beating() -> None:
+        while True:
+            beat[2] = time.monotonic()
+            time.sleep(every_s)
+
+    threading.Thread(target=beating, name="pulse", daemon=True).start()
 
 
 def worker_name(rank: int) -> str:
@@ -116,6 +131,7 @@ def main(
     plugins.import_plugins()
     become_worker(rank, threads)
     beat: np.ndarray = heartbeat.numpy()
+    pulse(beat, min(0.5, cfg.collector.watchdog_s / 4))
     try:
         # The batch in shared memory: its rank sends it.
         collector, models, values, spec = make_collector(cfg, rank, incarnation, shared=True)

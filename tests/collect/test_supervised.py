@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, column, compose_config, launch_env, rows, run_harness, wait_for
 
+from harness.algos import algorithm_for
 from harness.roles.supervisor import Supervisor, describe_exit
+from harness.sync.payload import Header, Payload, weights_of
+from harness.sync.shared_memory import ShmSink
 from harness.sync.shm_files import PREFIX, alive
 
 FLAKY = "flaky_env:FlakyCartPole-v0"
@@ -224,3 +227,39 @@ def test_the_worker_is_the_oom_killers_pick_and_one_stopped_at_the_end_is_killed
     assert not supervisor.worker.process.is_alive()
     said = f"its worker (pid {pid}) neither stepped nor exited for 1 s after the stop"
     assert said in caplog.text
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_worker_stopped_between_batches_is_named_and_replaced_when_its_rank_next_asks(caplog):
+    """Between batches no env step is due, so the step watchdog cannot see a stopped worker there:
+    its pulse can. Here it is SIGSTOPped after handing a batch over, while its rank sends it; when
+    the rank next asks for a batch, the stopped worker is named within collector.watchdog_s,
+    killed and replaced, and the replacement's batch comes."""
+    cfg = compose_config(
+        "debug=tiny", "collector.mode=async", "collector.max_restarts=1", "collector.watchdog_s=1"
+    )
+    supervisor = Supervisor(cfg, rank=1, first=False)
+    sink = ShmSink(0, readers=1)
+    try:
+        spec = supervisor.ready()
+        algo = algorithm_for(cfg.algo.name, spec)
+        models = algo.make_models(cfg.algo, spec)
+        names = algo.header_values
+        sink.open(lambda: Payload.from_models(models, names, cfg.sync.torch_wire_dtype))
+        assert sink.segment is not None  # open() made it
+        supervisor.attach(sink.segment.name, header_only=False)
+        sink.write(weights_of(models), Header(1, values=dict.fromkeys(names, 0.0)))
+        assert supervisor.take() is not None  # the first batch: the worker waits for "sent"
+        stopped = supervisor.worker.process.pid
+        os.kill(stopped, signal.SIGSTOP)
+        supervisor.release()
+        with caplog.at_level(logging.WARNING):
+            assert supervisor.take() is not None  # the replacement's first batch
+        assert supervisor.worker.process.pid != stopped and supervisor.restarts == 1
+        said = f"its worker (pid {stopped}) showed no sign of life for"
+        assert said in caplog.text and "between batches" in caplog.text
+        assert "replaced by pid" in caplog.text
+    finally:
+        supervisor.close(0.0)
+        sink.close()
