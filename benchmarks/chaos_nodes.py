@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.testing.netns import PORT, Node, ip_command
+
+# The agents' rendezvous store client waits this long for an answer (torchrun's c10d default: 60
+# s). A request sent while the link is down is answered only when TCP retransmits it, and each
+# retransmission waits twice as long as the one before (up to 120 s): drops back to back, with the
+# link up for a second or so between them, left a request of node 1's agent unanswered for its 60
+# s (2026-12-07, seed 5), the agent exited, closing the rendezvous, and node 0's restart failed
+# (RendezvousClosedError).
+STORE_TIMEOUT_S = 300
 
 if TYPE_CHECKING:
     import argparse
@@ -42,7 +51,8 @@ def node_commands(
                     "--rdzv_backend=c10d",
                     f"--rdzv_endpoint={head.address}:{PORT}",
                     f"--rdzv_id=chaos-{tag[:8]}",
-                    f"--rdzv_conf=is_host={int(node == head)},join_timeout=120",
+                    f"--rdzv_conf=is_host={int(node == head)},join_timeout=120,"
+                    f"read_timeout={STORE_TIMEOUT_S}",
                     f"--local_addr={node.address}",
                     f"--max-restarts={args.max_restarts}",
                     *argv,
@@ -55,25 +65,36 @@ def node_commands(
 
 
 def link_drop_fault(job: Job, args: argparse.Namespace) -> dict[str, Any]:
-    """Node 1's end of the veth down for ``--drop-s``, then up. Noticed: the first line after it
-    that names a late or lost peer; whole again: the line that says the wait ended, or the
-    resumed run's first row after a restart."""
+    """Node 1's end of the veth down for ``--drop-s``, then up, on a timer of its own: the drop
+    lasts ``--drop-s`` whether or not the job names it meanwhile. (It used to come up only once a
+    line named it: the stall of 2026-12-07, ``nodes2``, where no line named a trainer waiting for
+    any collector's batch, was a link down for 120 s, not 10 s.) Noticed: the first line after
+    the drop that names a late or lost peer; whole again: the line that says the wait ended, or
+    the resumed run's first row after a restart."""
     assert job.nodes is not None  # chaos.unfit skips it on one node
     node = job.nodes[1]
     link = [ip_command(), "-n", node.namespace, "link", "set", node.interface]
+    up_at: list[float] = []
+
+    def link_up() -> None:
+        subprocess.run([*link, "up"], check=True)
+        up_at.append(time.monotonic())
+
     at = time.monotonic()
     subprocess.run([*link, "down"], check=True)
+    timer = threading.Timer(args.drop_s, link_up)
+    timer.start()
     try:
         named = r"no batch from any|has sent no batch|had not applied|failed \(exitcode|[Ee]rror"
         noticed = job.wait_line(named, at, args.drop_s + 120)
     finally:
-        time.sleep(max(0.0, at + args.drop_s - time.monotonic()))
-        subprocess.run([*link, "up"], check=True)
+        timer.join()  # up, whatever happened meanwhile
     back = r"sent a batch again|reached every receiver|resumed from"
     whole = job.wait_line(back, at, 180) if noticed else None
     return {
         "target": f"{node.interface} ({node.namespace}) down for {args.drop_s:g} s",
         "at": at,
+        "down_s": round(up_at[0] - at, 2) if up_at else None,  # as measured
         "noticed": noticed,
         "whole": whole,
     }
