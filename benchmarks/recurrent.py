@@ -60,6 +60,7 @@ from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 from torch import nn
 
+from harness.algos.memory import RecurrentActorCritic, pieces, time_major
 from harness.algos.ppo import PPO
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config, load, register_configs
@@ -147,6 +148,43 @@ class Floor:
             out.sum().backward()
 
 
+class Recurrence:
+    """The harness's own recurrence, forward and backward, over the minibatches one update of
+    ``algo`` stepped on: :meth:`RecurrentActorCritic.recurrence` (the function ``unroll`` calls
+    between the encoder and the heads) from each minibatch's recorded start states, restarted after
+    its episode ends, on inputs of the floor's shape (the encoder's features, random, gradients to
+    them as to the encoder's). The same weights, sequences and pieces as the update; none of the
+    rest (encoder, heads, loss, Adam)."""
+
+    def __init__(self, algo: PPO, batches: list[TensorDict], features: int):
+        core = algo.policy.memory
+        assert isinstance(core, RecurrentActorCritic)
+        self.core: RecurrentActorCritic = core
+        recorded: list[tuple[torch.Tensor, torch.Tensor]] = []
+        step = algo.minibatch_step
+
+        def noted(mb: TensorDict) -> dict[str, torch.Tensor]:
+            frames, state = time_major(mb)
+            recorded.append((state.clone(), frames["done"].clone()))
+            return step(mb)
+
+        algo.minibatch_step = noted  # type: ignore[method-assign]  # for one update, untimed
+        algo.update(batches, 0)
+        del algo.minibatch_step  # the class's again
+        self.minibatches = [
+            (state, done, torch.randn(*done.shape, features, requires_grad=True))
+            for state, done in recorded
+        ]
+        # pieces between episode ends a minibatch's sequences are cut into, on average
+        self.pieces = statistics.mean(len(pieces(done)[2]) for _, done, _ in self.minibatches)
+
+    def __call__(self) -> None:
+        for state, done, x in self.minibatches:
+            self.core.zero_grad(set_to_none=True)
+            x.grad = None
+            self.core.recurrence(x, state, done).sum().backward()
+
+
 def minibatches(envs: int, cfg: Config) -> tuple[int, int]:
     """The env sequences of a minibatch and the minibatch steps of an update, as ``PPO.epochs``
     splits a round of ``envs`` sequences."""
@@ -185,6 +223,7 @@ def update_rows(
     fns: dict[str, Callable[[], object]] = {}
     replays: dict[str, list[float]] = {}
     shape: dict[str, int] = {}
+    pieces_of: dict[str, float] = {}
     for memory, cfg in configs.items():
         batches = round_of(collectors[memory])
         algo = PPO(cfg.algo, specs[memory], cfg.collector.total_frames)
@@ -200,6 +239,8 @@ def update_rows(
         fns[f"floor/{memory}"] = Floor(
             memory, features, cfg.algo.memory_size, steps, per_minibatch, passes
         )
+        fns[f"recurrence/{memory}"] = recurrence = Recurrence(algo, batches, features)
+        pieces_of[memory] = recurrence.pieces
         shape = {"steps": steps, "envs": envs, "minibatch_envs": per_minibatch, "passes": passes}
         shape["features"] = features
     samples, cpu = rounds(fns, repeats)
@@ -220,8 +261,24 @@ def update_rows(
                 **shape,
             }
             row["target_met"] = row["vs_floor"] <= UPDATE_TARGET
+            row |= recurrence_ratios(samples, cpu, memory) | {"pieces": pieces_of[memory]}
         rows.append(row)
     return rows
+
+
+def recurrence_ratios(
+    samples: dict[str, list[float]], cpu: dict[str, list[float]], memory: str
+) -> dict[str, Any]:
+    """The recurrence alone against the floor, per round: wall clock and thread CPU time."""
+    own, floor = samples[f"recurrence/{memory}"], samples[f"floor/{memory}"]
+    own_cpu, floor_cpu = cpu[f"recurrence/{memory}"], cpu[f"floor/{memory}"]
+    ratio = statistics.median(r / f for r, f in zip(own, floor))
+    return {
+        "recurrence_ms": 1e3 * statistics.median(own),
+        "recurrence_vs_floor": ratio,
+        "recurrence_vs_floor_cpu": statistics.median(r / f for r, f in zip(own_cpu, floor_cpu)),
+        "recurrence_target_met": ratio <= UPDATE_TARGET,
+    }
 
 
 def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, Any]]) -> None:
@@ -252,6 +309,18 @@ def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, 
         else:
             line += "   (feed-forward, for context)"
         print(line)
+    print(
+        "the recurrence alone (the update's own sequence pass over its minibatches, restarts and "
+        "recorded start states; no encoder, heads, loss or Adam) against the same floor:"
+    )
+    for row in update:
+        if "recurrence_ms" in row:
+            target = f"target <= {UPDATE_TARGET}x: {met[row['recurrence_target_met']]}"
+            print(
+                f"  memory={row['case'].split('/')[1]:<5} recurrence {row['recurrence_ms']:7.1f} ms"
+                f"   {row['recurrence_vs_floor']:.2f}x floor ({target}; CPU time "
+                f"{row['recurrence_vs_floor_cpu']:.2f}x)   {row['pieces']:.1f} pieces a minibatch"
+            )
 
 
 def main() -> None:

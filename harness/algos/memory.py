@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from harness.algos.gru_loop import stepped_gru
+from harness.algos.memory_act import act_step, tanh_mlp
 from harness.algos.nets import encoder
 from harness.core.specs import EnvSpec
 
@@ -69,6 +70,7 @@ class RecurrentActorCritic(nn.Module):
             else:
                 nn.init.orthogonal_(param, 1.0)
         self.state_size = 2 * size if self.lstm else size
+        self._linears: list[nn.Linear] | None = None  # sample()'s encoder layers, or [] (a CNN)
         # The actor's head (the first ``outputs`` rows) and the value head (the last) in one layer:
         # one matrix product for both, initialised as CleanRL initialises the two.
         self.heads = nn.Linear(size, outputs + 1)
@@ -108,6 +110,18 @@ class RecurrentActorCritic(nn.Module):
             h = state = torch.gru_cell(x, state, *weights)
         return *self._heads(h, contiguous=False), state
 
+    def sample(
+        self, obs: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :meth:`step` and sampling the actor's categorical distribution give, in one
+        function of tensors (:func:`harness.algos.memory_act.act_step`; a CNN encoder runs first,
+        as a module): each env's sampled action, its log-probability, the value and the state
+        after the step. For discrete actions."""
+        if self._linears is None:  # the encoder's layers, looked up once
+            self._linears = tanh_mlp(self.encoder)
+        x = obs if self._linears else self.encoder(obs)
+        return act_step(x, state, self._linears, self.cell, self.heads)
+
     def unroll(
         self, obs: torch.Tensor, state: torch.Tensor, done: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,10 +138,18 @@ class RecurrentActorCritic(nn.Module):
         on a CPU runs instead every env's whole segment in one stepped pass, the state zeroed
         inside it (:mod:`harness.algos.gru_loop`; :meth:`stepped`)."""
         features = self.encoder(obs)  # every frame at once: the encoder has no state
+        return self._heads(self.recurrence(features, state, done))
+
+    def recurrence(
+        self, features: torch.Tensor, state: torch.Tensor, done: torch.Tensor
+    ) -> torch.Tensor:
+        """The recurrence alone of :meth:`unroll`: the core's outputs ``[T, N, size]`` over the
+        encoder's ``features`` ``[T, N, F]`` from ``state``, restarted after episode ends (what
+        benchmarks/recurrent.py times against a plain ``nn.LSTM``/``nn.GRU``)."""
         if self.stepped(features):  # the GRU on a CPU: every env whole, in one stepped pass
             cell = self.cell
             weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
-            return self._heads(stepped_gru(features, state, done, weights))
+            return stepped_gru(features, state, done, weights)
         steps, envs = done.shape
         piece, pos, first = pieces(done)
         # a piece's start state: its env's recorded one, zeroed unless the piece starts at step 0
@@ -153,7 +175,7 @@ class RecurrentActorCritic(nn.Module):
             outs.append(self._fused(block, start[lo:hi]).flatten(0, 1))
             row += rows
         out = torch.cat(outs).index_select(0, where)  # index_select: its backward adds, no sort
-        return self._heads(out.view(steps, envs, -1))
+        return out.view(steps, envs, -1)
 
     # groups()'s costs by kind: what a fused call costs, in frames (a frame: one piece's one step),
     # and what each of its time steps costs besides its pieces' frames. On a CPU torch.lstm runs

@@ -82,6 +82,15 @@ class PPOPolicy(Policy):
         if self.memory is not None:
             memory = self.memory
             state = memory.initial_state(obs.shape[0], obs) if state is None else state
+            if (
+                self.discrete
+                and not deterministic
+                and not torch.is_autocast_enabled(obs.device.type)
+            ):
+                # a collector's step: one function of tensors, the same operations and bits
+                action, logprob, value_now, state = memory.sample(obs.flatten(1), state)
+                outs = {"action": action, "logprob": logprob, "value": value_now, STATE: state}
+                return TensorDict(outs, batch_size=obs.shape[:1])
             out, value_now, state = memory.step(obs.flatten(1), state)
             dist, value = self.distribution_of(out), {"value": value_now, STATE: state}
         elif self.value_head is None:

@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDict
 
 from harness.algos.base import Policy
-from harness.algos.memory import INITIAL_STATE, STATE, restarted
+from harness.algos.memory import INITIAL_STATE, STATE
 from harness.collect.envs import reports_games, spec_of, to_tensor
 from harness.core.packing import buffer_of, pack
 from harness.sync.contract import Header
@@ -199,11 +199,10 @@ class RolloutCollector:
                 # store the sample, step the env with a legal action
                 env_action = np.clip(env_action, *self.clip)
             obs, reward, terminated, truncated, info = self.envs.step(env_action)
-            if state is not None:  # most steps end no episode: no product to compute then
-                ended = terminated | truncated
-                state = (
-                    restarted(out[STATE], torch.from_numpy(ended)) if ended.any() else out[STATE]
-                )
+            if state is not None:  # the state after this step, zeroed where it ended an episode
+                state, ended = out[STATE], terminated | truncated
+                if ended.any():  # in place, through numpy: a third of restarted()'s product's time
+                    state.numpy()[ended] = 0.0
             steps.append((self.obs_array, out, obs, reward, terminated, truncated))
             versions.append(header.version)
             if "final_obs" in info:

@@ -176,6 +176,39 @@ def stepped(core: RecurrentActorCritic, obs: torch.Tensor, state: torch.Tensor, 
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_acting_in_one_function_samples_what_the_modules_and_categorical_do(memory):
+    """The collector's step (harness/algos/memory_act.py) against torch's own modules and
+    ``Categorical`` from the same random state: the same actions, log-probabilities, values and
+    next states, to the bit, for a state carried over several steps."""
+    policy = ppo(memory).policy
+    core = policy.memory
+    assert core is not None
+    g = torch.Generator().manual_seed(1)
+    obs, state = torch.randn(5, 7, 4, generator=g), torch.randn(7, core.state_size, generator=g)
+    mine, theirs = state, state
+    with torch.no_grad():
+        for t in range(5):
+            torch.manual_seed(t)
+            out = policy(obs[t], state=mine)
+            features = core.encoder(obs[t])
+            if core.lstm:
+                h, c = core.cell(features, tuple(theirs.chunk(2, -1)))
+                theirs = torch.cat([h, c], -1)
+            else:
+                h = theirs = core.cell(features, theirs)
+            both = core.heads(h)
+            dist = torch.distributions.Categorical(logits=both[:, :-1])
+            torch.manual_seed(t)
+            action = dist.sample()
+            assert torch.equal(out["action"], action)
+            assert torch.equal(out["logprob"], dist.log_prob(action))
+            assert torch.equal(out["value"], both[:, -1])
+            assert torch.equal(out[STATE], theirs)
+            mine = out[STATE]
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("grouping", ["chosen", "one-call", "call-per-length"])
 @pytest.mark.parametrize("memory", MEMORIES)
 def test_the_fused_unroll_computes_what_the_stepped_cell_does(memory, grouping, monkeypatch):
