@@ -218,8 +218,13 @@ class Supervisor:
         if not w.ready:
             stalled = now - w.started > self.start_s
             return f"did not make its envs in {self.start_s:g} s" if stalled else None
-        if step and now - step > self.watchdog_s:
-            return f"took no env step for {self.watchdog_s:g} s (collector.watchdog_s)"
+        if step:  # collecting: its steps say it is alive (its pulse may lag them by 0.5 s)
+            stalled = now - step > self.watchdog_s
+            return (
+                f"took no env step for {self.watchdog_s:g} s (collector.watchdog_s)"
+                if stalled
+                else None
+            )
         if alive and now - alive > self.watchdog_s:
             return (
                 f"showed no sign of life for {now - alive:.1f} s between batches (stopped, or hung "
