@@ -10,11 +10,18 @@ agent each, benchmarks/chaos_nodes.py; not with shm, which reaches trainer 0's n
 ranks a node). From its first row on, for ``--duration`` seconds, a schedule drawn from
 ``--seed`` injects one fault at a time, at random times, each after the job was whole again from
 the one before (or a minute passed), or with ``--overlap`` each at its time, whatever the others
-are doing:
+are doing. With ``--by-frames`` a fault planned ``t`` seconds in comes once the job logged
+``0.6 * --frames * t / --duration`` frames instead: on a loaded machine the schedule slows down
+with the job, and ends before it (tests/durability/test_chaos.py). The kinds (``--kinds``; all
+but ``worker_stop`` by default, so that a seed draws the schedule it drew in the runs of
+docs/runs_that_last.md):
 
 - ``worker_kill``: SIGKILL of a collector's worker (its env-stepping process);
 - ``worker_hang``: SIGSTOP of a worker for ``--hang-s`` (past ``collector.watchdog_s``), then
   SIGCONT;
+- ``worker_stop``: SIGSTOP of a worker caught waiting on its rank (between batches, where no env
+  step is due) for ``--hang-s``, then SIGCONT: its pulse goes quiet, and its rank names it and
+  replaces it when it next asks for a batch, within ``collector.watchdog_s``;
 - ``env_raise``, ``env_nan``: an env step that raises, or returns a NaN observation;
 - ``trainer_kill``, ``collector_rank_kill``: SIGKILL of rank 0, or of a collector's rank (not its
   worker): torchrun restarts the group, which resumes from the newest checkpoint;
@@ -87,8 +94,15 @@ KINDS = (
     "collector_rank_stop",
     "slow_disk",
     "link_drop",
+    "worker_stop",
 )
+# The kinds drawn from unless --kinds says otherwise: the twelve of the documented runs, so that a
+# seed draws the schedule it drew there (worker_stop came later: name it in --kinds).
+DEFAULT_KINDS = KINDS[:-1]
 COLLECTORS = 4
+# --by-frames: the schedule's end falls at this share of the job's frames, the rest left for the
+# last faults' recoveries
+FRAMES_SHARE = 0.6
 WHOLE_WAIT_S = 60.0  # the longest a fault waits for the job to be whole again from the one before
 
 
@@ -260,22 +274,33 @@ def schedule(seed: int, duration: float, every: float, kinds: list[str]) -> list
     return [(t, order[i % len(order)]) for i, t in enumerate(times)]
 
 
+def waiting_state(pid: int, within_s: float = 5.0) -> str:
+    """``pid``'s state once it is S (sleeping: a worker waiting on its rank, between batches), or
+    whatever it is after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while (state := process_state(pid)) != "S" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return state
+
+
 def supervised_fault(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    """SIGKILL or SIGSTOP/SIGCONT of a random collector's worker."""
+    """SIGKILL or SIGSTOP/SIGCONT of a random collector's worker; ``worker_stop``: SIGSTOP of one
+    caught waiting (between batches), named by its pulse rather than its steps."""
     rank = job.any_collector(args.seed)
     pid = next(filter(None, (worker_of(rank, p.pid) for p in job.launchers)), None)
     if pid is None:
         return {"skipped": f"collector rank {rank} has no worker now"}
-    state = process_state(pid)  # R: stepping its envs; S: waiting, between batches
+    # R: stepping its envs; S: waiting, between batches
+    state = waiting_state(pid) if kind == "worker_stop" else process_state(pid)
     at = time.monotonic()
     if kind == "worker_kill":
         os.kill(pid, signal.SIGKILL)
         cause, wait_s = "was killed by SIGKILL", 60.0
     else:
         os.kill(pid, signal.SIGSTOP)
-        cause, wait_s = "took no env step", args.hang_s
+        cause, wait_s = "(?:took no env step|showed no sign of life)", args.hang_s
     noticed = job.wait_line(rf"collector rank {rank}: its worker \(pid {pid}\) {cause}", at, wait_s)
-    if kind == "worker_hang":
+    if kind in ("worker_hang", "worker_stop"):
         time.sleep(max(0.0, at + args.hang_s - time.monotonic()))
         try:
             os.kill(pid, signal.SIGCONT)
@@ -288,7 +313,7 @@ def supervised_fault(job: Job, kind: str, args: argparse.Namespace) -> dict[str,
     if noticed:
         whole = job.wait_line(rf"collector rank {rank}: the replacement's first batch", at, 60)
         record.update(noticed=noticed, whole=whole)
-    elif kind == "worker_hang" and Path(f"/proc/{pid}").exists():
+    elif kind != "worker_kill" and Path(f"/proc/{pid}").exists():
         record["note"] = "not noticed: stopped between batches, where no watchdog looks"
         record["whole"] = (time.monotonic(), "SIGCONT: it went on")
     return record
@@ -449,7 +474,7 @@ def unfit(kind: str, args: argparse.Namespace) -> str | None:
 def inject(job: Job, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     if why := unfit(kind, args):
         return {"skipped": why}
-    if kind in ("worker_kill", "worker_hang"):
+    if kind in ("worker_kill", "worker_hang", "worker_stop"):
         return supervised_fault(job, kind, args)
     if kind.startswith("env_"):
         return env_fault(job, kind)
@@ -484,6 +509,18 @@ def relative(job: Job, record: dict[str, Any], kind: str, planned: float) -> dic
     return out
 
 
+def due(job: Job, planned: float, args: argparse.Namespace) -> bool:
+    """Whether a fault planned ``planned`` seconds into the schedule is due: that many seconds
+    after the job's first row, or with ``--by-frames`` once the job logged the same share of
+    ``FRAMES_SHARE`` of its frames (on a loaded machine the job and its recoveries slow down
+    together, and the last fault still comes before the job's end)."""
+    if not args.by_frames:
+        return time.monotonic() - job.t0 >= planned
+    rows = rows_of(job.run)
+    frames = int(rows[-1]["frames"]) if rows else 0
+    return frames >= FRAMES_SHARE * args.frames * planned / args.duration
+
+
 def chaos(job: Job, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Wait for the first row, then inject the schedule until its end or the job's: one fault at a
     time, each once the job is whole again from the one before, or with ``--overlap`` each at its
@@ -502,7 +539,7 @@ def chaos(job: Job, args: argparse.Namespace) -> list[dict[str, Any]]:
         print(json.dumps(faults[-1]), flush=True)
 
     for planned, kind in schedule(args.seed, args.duration, args.every, args.kinds):
-        while time.monotonic() - job.t0 < planned and job.proc.poll() is None:
+        while not due(job, planned, args) and job.proc.poll() is None:
             time.sleep(0.2)
         if args.overlap:
             threads.append(threading.Thread(target=one, args=(planned, kind), daemon=True))
@@ -521,7 +558,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="the schedule's and the job's")
     parser.add_argument("--duration", type=float, default=240.0, help="seconds of faults")
     parser.add_argument("--every", type=float, default=20.0, help="mean seconds between faults")
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS), choices=KINDS)
     parser.add_argument("--mode", choices=("async", "sync"), default="async", help="collector.mode")
     parser.add_argument(
         "--scheme", choices=("gloo", "shm", "hierarchical"), default="gloo", help="sync="
@@ -546,6 +583,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--overlap", action="store_true", help="inject each fault on time, not after the last"
+    )
+    parser.add_argument(
+        "--by-frames",
+        action="store_true",
+        help=f"time the schedule by the job's frames: its end at {FRAMES_SHARE:g} of --frames",
     )
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--log", help="write the job's output here, each line's time before it")
