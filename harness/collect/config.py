@@ -38,7 +38,8 @@ class CollectorConfig:
     # the job goes on (docs/runs_that_last.md). 0: a collector's death ends the job (torchrun
     # --max-restarts restarts all of it)
     max_restarts: int = 0
-    # max_restarts > 0: a worker that acts yet takes no env step for this long is replaced
+    # max_restarts > 0: a worker that acts yet takes no env step for this long is replaced, and so
+    # is one that shows no pulse for this long between batches (stopped, or hung holding the GIL)
     watchdog_s: float = 120.0
 
     def __post_init__(self) -> None:
