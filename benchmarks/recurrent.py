@@ -34,6 +34,12 @@ gradients in one matrix product) runs faster than (a ratio under 1 is possible).
 share``: the part of the update in the forward for GAE. For context, ``algo.memory=none``'s update
 on a round of the feed-forward collector's frames.
 
+The recurrence alone (added 2026-12-07, beside the update's ratio, which is unchanged and is the
+one the target is judged on): the harness's own sequence pass, ``RecurrentActorCritic.recurrence``
+(the function ``unroll`` calls between the encoder and the heads), forward and backward over the
+minibatches one untimed update stepped on (their recorded start states and episode ends: the same
+sequences and pieces), on inputs of the floor's shape, against the same floor in the same rounds.
+
 Each round times every case once, in turn (the order reversed every other round, so that a shared
 machine's load falls on all alike), after one untimed warm-up round; Python's garbage collector
 runs, untimed, before each timed call. Medians. The targets are judged on the wall clock, as
@@ -50,18 +56,21 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from hydra import compose, initialize_config_dir
 from tensordict import TensorDict
 from torch import nn
+from torch.nn import functional as F
 
+from harness.algos.base import Policy
 from harness.algos.memory import RecurrentActorCritic, pieces, time_major
 from harness.algos.ppo import PPO
+from harness.algos.ppo_policy import PPOPolicy
 from harness.collect.rollout import RolloutCollector
 from harness.config import Config, load, register_configs
 from harness.core.specs import EnvSpec
@@ -70,6 +79,7 @@ from harness.sync import Header
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORIES = ("none", "gru", "lstm")  # none: the feed-forward reference
+ONE_FUNCTION = "none, one function"  # context: FeedForwardAsOneFunction's collector
 COLLECTORS = 2  # ppo_popgym's layout: 1 trainer, 2 collectors (a trainer's round is both batches)
 BATCHES = 4  # a collector's sample: one batch (~60 ms here) is short enough for load to sway it
 COLLECTOR_TARGET, UPDATE_TARGET = 0.8, 1.3  # issue 50
@@ -114,21 +124,51 @@ def collector_rows(
         return lambda: [collector.collect(Header(0)) for _ in range(BATCHES)]
 
     samples, cpu = rounds({m: collect(c) for m, c in collectors.items()}, repeats)
+
+    def vs(reference: str, memory: str, times: dict[str, list[float]]) -> float:  # fps ratio
+        return statistics.median(ref / own for own, ref in zip(times[memory], times[reference]))
+
     rows = []
     for memory, seconds in samples.items():
-        ratios = [none / own for own, none in zip(seconds, samples["none"])]  # fps ratio
         row: dict[str, Any] = {
             "case": f"collector/{memory}",
             "frames_per_s": frames / statistics.median(seconds),
         }
-        if memory != "none":
-            row["vs_none"] = statistics.median(ratios)
-            row["vs_none_cpu"] = statistics.median(
-                none / own for own, none in zip(cpu[memory], cpu["none"])
+        if memory in ("gru", "lstm"):
+            row["vs_none"], row["vs_none_cpu"] = (
+                vs("none", memory, samples),
+                vs("none", memory, cpu),
             )
             row["target_met"] = row["vs_none"] >= COLLECTOR_TARGET
+            row["vs_none_one_function"] = vs(ONE_FUNCTION, memory, samples)
+            row["vs_none_one_function_cpu"] = vs(ONE_FUNCTION, memory, cpu)
         rows.append(row)
     return rows, frames
+
+
+class FeedForwardAsOneFunction(Policy):
+    """The feed-forward policy's sampled step as one function of tensors, the way
+    ``harness/algos/memory_act.py`` acts for a recurrent one (no module calls, no ``Categorical``;
+    the same operations, the same bits): for context only, what the recurrent collectors would be
+    compared with were the feed-forward policy acted that way too. Not what the harness runs."""
+
+    def __init__(self, policy: PPOPolicy):
+        super().__init__()
+        self.policy = policy
+        first, _, last = policy.net  # the preset's hidden_sizes [64]: Linear, Tanh, Linear
+        self.layers = (cast(nn.Linear, first), cast(nn.Linear, last))
+
+    def forward(
+        self, obs: torch.Tensor, values: Mapping[str, float] = {}, deterministic: bool = False
+    ) -> TensorDict:
+        first, last = self.layers
+        x = torch.tanh(F.linear(obs.flatten(1), first.weight, first.bias))
+        logits = F.linear(x, last.weight, last.bias).float()
+        logits = logits - logits.logsumexp(-1, keepdim=True)
+        action = torch.multinomial(torch.softmax(logits, -1), 1, True)
+        logprob = logits.gather(-1, action).squeeze(-1)
+        outs = {"action": action.squeeze(1), "logprob": logprob}
+        return TensorDict(outs, batch_size=obs.shape[:1])
 
 
 class Floor:
@@ -289,6 +329,12 @@ def report(collector: list[dict[str, Any]], frames: int, update: list[dict[str, 
         if "vs_none" in row:
             target = f"target >= {COLLECTOR_TARGET}x: {met[row['target_met']]}"
             line += f"   {row['vs_none']:.2f}x none ({target}; CPU time {row['vs_none_cpu']:.2f}x)"
+            line += (
+                f"   context: {row['vs_none_one_function']:.2f}x none acted as one function "
+                f"(CPU time {row['vs_none_one_function_cpu']:.2f}x)"
+            )
+        elif row["case"].endswith(ONE_FUNCTION):
+            line += "   (context: the feed-forward policy acted as one function, not the harness's)"
         print(line)
     shape = next(row for row in update if "passes" in row)
     print(
@@ -339,7 +385,9 @@ def main() -> None:
     built = {memory: make_collector(cfg, rank=1) for memory, cfg in configs.items()}
     collectors = {memory: b[0] for memory, b in built.items()}
     specs = {memory: b[3] for memory, b in built.items()}
-    collector, frames = collector_rows(collectors, repeats)
+    one_function = make_collector(configs["none"], rank=1)[0]
+    one_function.policy = FeedForwardAsOneFunction(cast(PPOPolicy, one_function.policy))
+    collector, frames = collector_rows({**collectors, ONE_FUNCTION: one_function}, repeats)
     update = update_rows(configs, collectors, specs, repeats)
     load = os.getloadavg()[0]  # a shared machine: say how busy it was
     print(f"ppo_popgym, 1 thread, medians of {repeats} interleaved rounds, load {load:.1f}")
