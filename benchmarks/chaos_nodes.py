@@ -27,6 +27,12 @@ from harness.testing.netns import PORT, Node, ip_command
 # s (2026-12-07, seed 5), the agent exited, closing the rendezvous, and node 0's restart failed
 # (RendezvousClosedError).
 STORE_TIMEOUT_S = 300
+# How long a restart's rendezvous waits for the other node's agent (was 120 s). After a long drop
+# (130 s, 2026-12-07) node 1's agent's store connection stayed silent for another minute or two
+# after the link came back (TCP's probe timer backed off to TCP_RTO_MAX, 120 s, while its own
+# link was down: `ss` said `timer:(persist,1min10sec,9)`), and node 0's rendezvous, waiting 120 s,
+# gave up first (RendezvousTimeoutError).
+JOIN_TIMEOUT_S = 600
 
 if TYPE_CHECKING:
     import argparse
@@ -51,7 +57,7 @@ def node_commands(
                     "--rdzv_backend=c10d",
                     f"--rdzv_endpoint={head.address}:{PORT}",
                     f"--rdzv_id=chaos-{tag[:8]}",
-                    f"--rdzv_conf=is_host={int(node == head)},join_timeout=120,"
+                    f"--rdzv_conf=is_host={int(node == head)},join_timeout={JOIN_TIMEOUT_S},"
                     f"read_timeout={STORE_TIMEOUT_S}",
                     f"--local_addr={node.address}",
                     f"--max-restarts={args.max_restarts}",
@@ -90,7 +96,7 @@ def link_drop_fault(job: Job, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         timer.join()  # up, whatever happened meanwhile
     back = r"sent a batch again|reached every receiver|resumed from"
-    whole = job.wait_line(back, at, 180) if noticed else None
+    whole = job.wait_line(back, at, args.drop_s + 180) if noticed else None
     return {
         "target": f"{node.interface} ({node.namespace}) down for {args.drop_s:g} s",
         "at": at,
