@@ -41,7 +41,8 @@ docs/runs_that_last.md):
 - ``joiner_kill``: ``harness join`` to the job's port, SIGKILLed once it joined (async mode, one
   trainer: skipped in other layouts, saying so);
 - ``link_drop``: ``--nodes 2`` only: node 1's end of the veth between the nodes down for
-  ``--drop-s``, then up.
+  ``--drop-s``, then up on a timer, whether or not the job named the drop meanwhile (the report's
+  ``down_s`` says how long).
 
 Per fault: when it was injected, when the harness noticed (the first log line naming it), when
 the job was whole again. At the end (benchmarks/chaos_report.py): frames asked and trained,
@@ -50,6 +51,9 @@ duplicated or missing rows of ``metrics.csv``, every checkpoint loaded with
 
     python benchmarks/chaos.py --seed 1 --duration 240 --json /tmp/chaos.json
     python benchmarks/chaos.py --seed 1 --duration 200 --every 20 --mode sync --json /tmp/sync.json
+    python benchmarks/chaos.py --nodes 2 --kinds link_drop --duration 100 --every 16 \
+        --frames 200000 --seed 5 --json /tmp/drops.json
+    python benchmarks/chaos.py --kinds worker_stop --duration 60 --every 20 --frames 150000 --seed 2
 """
 
 from __future__ import annotations
