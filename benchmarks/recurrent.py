@@ -11,7 +11,8 @@ through ``make_vec_env``, and policy, with untrained weights), 4 batches' ``coll
 1,024 frames: acting, stepping the envs, writing the packed batch, counting episodes), with
 ``algo.memory=gru``, ``lstm`` and ``none`` (the feed-forward policy, the reference), frames per
 second; the ratio is each round's recurrent / feed-forward frames per second (target: at least
-0.8).
+0.8). Context only (2026-12-07): the same ratio against the feed-forward policy acted as one
+function of tensors (``FeedForwardAsOneFunction``), as the recurrent policy now acts.
 
 Update: ``algo.update`` on a round as the preset's trainer gets it, two collectors' batches (32
 envs x 64 steps, collected above by the same kind of collector, two batches of one collector
@@ -194,7 +195,7 @@ class Recurrence:
     between the encoder and the heads) from each minibatch's recorded start states, restarted after
     its episode ends, on inputs of the floor's shape (the encoder's features, random, gradients to
     them as to the encoder's). The same weights, sequences and pieces as the update; none of the
-    rest (encoder, heads, loss, Adam)."""
+    rest (encoder, heads, loss, Adam). ``pieces``: a minibatch's pieces, on average."""
 
     def __init__(self, algo: PPO, batches: list[TensorDict], features: int):
         core = algo.policy.memory
@@ -215,7 +216,6 @@ class Recurrence:
             (state, done, torch.randn(*done.shape, features, requires_grad=True))
             for state, done in recorded
         ]
-        # pieces between episode ends a minibatch's sequences are cut into, on average
         self.pieces = statistics.mean(len(pieces(done)[2]) for _, done, _ in self.minibatches)
 
     def __call__(self) -> None:
