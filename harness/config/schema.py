@@ -130,7 +130,8 @@ class LoggerConfig:
 
     # any of csv, wandb, tensorboard; metrics.csv is written regardless
     backends: list[str] = field(default_factory=lambda: ["csv"])
-    # one row (CSV, wandb, TensorBoard, console figures) per this many frames
+    # one row (CSV, wandb, TensorBoard, console figures) per this many frames, and one at each
+    # checkpoint (a resume starts from one, so the rows meet there)
     log_every_frames: int = 10_000
     # trainer 0's progress: a bar redrawn in place on a terminal, else one plain line per row
     console: bool = True

@@ -248,9 +248,13 @@ class Trainer:
         """The safe point after an update, where every collective between updates runs (with several
         trainers all reach it after the same update): when a checkpoint is due or a trainer was
         asked to stop, a meeting and the checkpoint's gather of RNG states (and replays); when a row
-        is due, and after the last update, a meeting and the statistics' all-reduce. Trainer 0
-        writes the row; the last update's waits for :meth:`run`."""
+        is due, at each checkpoint and after the last update, a meeting and the statistics'
+        all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
         due = self.checkpoints.due(self.step)
+        if due and not self.stopping:
+            # A row ends where each checkpoint does: a resume drops the rows past its checkpoint,
+            # and what they gathered since the row before it would otherwise be in none.
+            self.write_row(self.make_row(metrics, sync_ms))
         if self.asked or due:
             self.save_checkpoint()
             if due:
@@ -266,7 +270,7 @@ class Trainer:
             )
         if self.stopping:
             self.book.final = LastUpdate(metrics, sync_ms, time.monotonic())  # its row: end()
-        elif self.book.clock.due(self.step):
+        elif self.book.clock.due(self.step) and not due:
             self.write_row(self.make_row(metrics, sync_ms))
 
     def make_row(

@@ -57,19 +57,22 @@ def test_same_command_resumes_and_every_frame_range_is_logged_once(workdir):
 
 
 def test_corrupt_newest_checkpoint_is_skipped_with_a_warning_naming_it(workdir):
-    out = run_harness([*TINY, "checkpoint.every_frames=256", "run_dir=run"], workdir, nproc=1)
+    """...and the run resumes from the one before it, whose step ends a row: checkpoints every 384
+    frames and rows every 512 do not meet by themselves, yet no frame range is left in no row."""
+    every = ["checkpoint.every_frames=384", "logger.log_every_frames=512"]
+    out = run_harness([*TINY, *every, "run_dir=run"], workdir, nproc=1)
     assert out.returncode == 0, out.stderr[-3000:]
     newest = workdir / "run/checkpoints/step-000000001024"
     data = (newest / "state.pt").read_bytes()
     (newest / "state.pt").write_bytes(data[: len(data) // 2])  # truncated, as by a full disk
     out = run_harness(
-        [*TINY, "checkpoint.every_frames=256", "collector.total_frames=1536", "run_dir=run"],
-        workdir,
-        nproc=1,
+        [*TINY, *every, "collector.total_frames=1536", "run_dir=run"], workdir, nproc=1
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     assert f"skipping checkpoint {newest}" in text and "step-000000000768" in text
+    frames = frames_column(workdir / "run")
+    assert 768 in frames and frames == sorted(set(frames)), frames
 
 
 def test_run_dir_that_is_not_writable_is_a_clear_error(workdir):
