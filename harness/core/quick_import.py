@@ -2,14 +2,15 @@
 
 tensordict marks a few of its functions for ``torch.compile`` while it is imported
 (``torch.compiler.allow_in_graph`` and ``assume_constant_result``), and each mark imports
-``torch._dynamo``: about 1.2 s of CPU at every process's start (measured on the 2-core CI
+``torch._dynamo``: 1.2-1.7 s of CPU at every process's start (measured on this project's 2-core
 machine with torch 2.13 and tensordict 0.15, 2026-12-07), paid by every rank, worker and tool,
 though a run compiles nothing unless ``algo.compile`` asks. While tensordict is imported, the two
 marks are swapped for ones that do the same later: ``assume_constant_result`` only sets an
 attribute, so it is done at once; ``allow_in_graph`` is kept in a list and applied by
 :func:`mark_for_compile`, which :mod:`harness.algos.base` calls before its first
 ``torch.compile``, and at once by any mark made after ``torch._dynamo`` is loaded. Both return the
-function they are given, as torch's do, so nothing but the time changes.
+function they are given, as torch's do, so nothing but the time changes. (Code outside the harness
+that compiles tensordict's functions calls :func:`mark_for_compile` first.)
 """
 
 from __future__ import annotations
