@@ -221,9 +221,12 @@ class BatchReceiver:
             assert work is not None  # None only on a rank outside the group
             with self.late.watching(partial(self._name_all_late, waiting)):
                 work.wait(timedelta(seconds=limit))
-        except RuntimeError as e:
-            late = min(waiting, key=self.last_seen.__getitem__)  # every collector has an entry
-            raise self._error(late, e, wait) from e
+        except RuntimeError as e:  # Gloo's error names an address, not a rank: name them all
+            raise ChannelError(
+                f"rank {self.rank} (trainer) got no batch from any collector (ranks "
+                f"{ranks_text(waiting)}): {wait.ended(e, 'one of them')}. See their "
+                f"logs{wait.advice('they are only stalled')}. Cause: {e}"
+            ) from e
         return self._seen(work._source_rank(), self.any_buffer)
 
     def _name_late(self, c: int, meanwhile: str) -> None:
