@@ -251,9 +251,9 @@ class Trainer:
         is due, at each checkpoint and after the last update, a meeting and the statistics'
         all-reduce. Trainer 0 writes the row; the last update's waits for :meth:`run`."""
         due = self.checkpoints.due(self.step)
-        if due and not self.stopping:
-            # A row ends where each checkpoint does: a resume drops the rows past its checkpoint,
-            # and what they gathered since the row before it would otherwise be in none.
+        if not self.stopping and (due or self.book.clock.due(self.step)):
+            # A row also ends where each checkpoint does, before it: a resume drops the rows past
+            # its checkpoint, and what they gathered since the row before it would be in none.
             self.write_row(self.make_row(metrics, sync_ms))
         if self.asked or due:
             self.save_checkpoint()
@@ -270,8 +270,6 @@ class Trainer:
             )
         if self.stopping:
             self.book.final = LastUpdate(metrics, sync_ms, time.monotonic())  # its row: end()
-        elif self.book.clock.due(self.step) and not due:
-            self.write_row(self.make_row(metrics, sync_ms))
 
     def make_row(
         self,
