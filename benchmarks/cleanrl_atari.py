@@ -64,7 +64,7 @@ def window_mean(episodes: list[tuple[int, float]], end: int, window: int) -> flo
 
 
 def run_harness(
-    seed: int, frames: int, window: int, overrides: list[str], keep: Path | None
+    seed: int, frames: int, window: int, overrides: list[str], keep: Path | None, side: str
 ) -> dict[str, Any]:
     start = time.perf_counter()
     # its rows after the first, which holds start-up; the half and the end are among them
@@ -78,7 +78,7 @@ def run_harness(
             *overrides,
         ],
         timeout=None,
-        keep=keep and keep / "harness" / f"seed-{seed}",
+        keep=keep and keep / side / f"seed-{seed}",
     )
     wall = time.perf_counter() - start
     # A row's train/episode_return is already the mean over the episodes that ended in its window.
@@ -151,6 +151,14 @@ def report(
         f"{len(runs['cleanrl'])} seeds: harness {h['return_end_mean']:.1f} ± "
         f"{h['return_end_sd']:.1f}, CleanRL {c['return_end_mean']:.1f} ± {c['return_end_sd']:.1f}"
     )
+    if "harness_async" in summaries:
+        a = summaries["harness_async"]
+        print(
+            f"frames/s, harness in envpool's asynchronous mode vs CleanRL: "
+            f"{a['frames_per_s'] / c['frames_per_s']:.2f}x (whole launch), "
+            f"{a['steady_frames_per_s'] / c['steady_frames_per_s']:.2f}x (steady); its return at "
+            f"{frames:,} frames {a['return_end_mean']:.1f} ± {a['return_end_sd']:.1f}"
+        )
     return {
         "frames": frames,
         "window": window,
@@ -169,9 +177,8 @@ def merged(paths: list[str]) -> dict[str, Any]:
         raise SystemExit(
             f"--merge: the files ran different frames, windows or overrides: {sorted(settings)}"
         )
-    runs = {
-        side: [run for r in parts for run in r["runs"][side]] for side in ("harness", "cleanrl")
-    }
+    sides = set.intersection(*(set(r["runs"]) for r in parts))
+    runs = {side: [run for r in parts for run in r["runs"][side]] for side in sorted(sides)}
     return report(runs, parts[0]["frames"], parts[0]["window"], parts[0]["overrides"])
 
 
@@ -190,6 +197,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument(
         "--harness-overrides", nargs="*", default=[], help="Hydra overrides of the harness's job"
+    )
+    parser.add_argument(
+        "--async-batch-size",
+        type=int,
+        default=0,
+        help="also run the harness in envpool's asynchronous mode after each seed's pair, with "
+        "these overrides and env.envpool.batch_size=B (a third side, harness_async)",
     )
     parser.add_argument("--json", help="write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep each run's metrics here (<side>/seed-N)")
@@ -210,8 +224,12 @@ def main() -> None:
                 "--frames must be a multiple of 1024 (a round of both) and of 2 x --window"
             )
         runs: dict[str, list[dict[str, Any]]] = {"harness": [], "cleanrl": []}
+        if args.async_batch_size:
+            runs["harness_async"] = []
         for seed in args.seeds:
-            harness = run_harness(seed, args.frames, args.window, args.harness_overrides, args.keep)
+            harness = run_harness(
+                seed, args.frames, args.window, args.harness_overrides, args.keep, "harness"
+            )
             runs["harness"].append({"seed": seed, **harness})
             print("harness", runs["harness"][-1], flush=True)
             cleanrl = run_cleanrl(
@@ -219,6 +237,16 @@ def main() -> None:
             )
             runs["cleanrl"].append({"seed": seed, **cleanrl})
             print("cleanrl", runs["cleanrl"][-1], flush=True)
+            if args.async_batch_size:
+                overrides = [
+                    *args.harness_overrides,
+                    f"env.envpool.batch_size={args.async_batch_size}",
+                ]
+                harness = run_harness(
+                    seed, args.frames, args.window, overrides, args.keep, "harness_async"
+                )
+                runs["harness_async"].append({"seed": seed, **harness})
+                print("harness_async", runs["harness_async"][-1], flush=True)
         result = report(runs, args.frames, args.window, args.harness_overrides)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
