@@ -161,14 +161,14 @@ def write_without_ranks(cfg: DatasetConfig) -> bool:
         meta = recipes.write(cfg)
         log.info(
             "wrote %s by recipe %s, seed %d: %d transitions, behaviour return %.1f (random %.1f, "
-            "expert %.1f), sha256 %s",
+            "expert %s), sha256 %s",
             cfg.out,
             cfg.recipe.name,
             cfg.seed,
             meta.transitions,
             meta.behaviour_return,
             meta.random_return,
-            meta.expert_return,
+            "none" if meta.expert_return is None else f"{meta.expert_return:.1f}",
             meta.digest,
         )
     elif cfg.mix:

@@ -23,6 +23,10 @@ class StopConfig:
     target_return: Optional[float] = None  # the target as a return
     every_frames: int = 10_000  # the candidates: a checkpoint every this many frames
     probe_frames: int = 10_000  # stochastic transitions that measure a candidate's return
+    # end the training at the behaviour checkpoint, as D4RL early-stopped its SAC (the checkpoints
+    # before it are a whole run's): needs the target before training (target_return, or
+    # reference.expert_return), and no medium-expert (its expert is the run's final checkpoint)
+    early: bool = False
 
 
 @dataclass
@@ -45,11 +49,23 @@ class RecipeConfig:
                 "give the recipe's stop criterion as recipe.stop.expert_fraction or "
                 "recipe.stop.target_return, one of the two"
             )
+        if self.stop.early and self.kind == "medium-expert":
+            raise ValueError(
+                "recipe.stop.early=true with recipe.kind=medium-expert: the expert is the "
+                "training run's final checkpoint, so the run must not stop early"
+            )
         if min(self.train_frames, self.stop.every_frames, self.stop.probe_frames) < 1:
             raise ValueError(
                 "recipe.train_frames, recipe.stop.every_frames and recipe.stop.probe_frames must "
                 "be >= 1"
             )
+
+    @property
+    def replay_buffer(self) -> bool:
+        """Whether the training run keeps its replay in its checkpoints: medium-replay reads it,
+        and an early-stopping recipe keeps it too, so that medium and medium-replay of one run
+        have the same command and the second takes the first's checkpoints."""
+        return self.kind == "medium-replay" or self.stop.early
 
 
 @dataclass
@@ -95,3 +111,10 @@ class DatasetConfig:
             raise ValueError("give the dataset directory to write: out=DIR")
         if self.recipe is not None and (self.policy is not None or self.mix):
             raise ValueError("a recipe trains its own policy: give recipe= without policy= or mix=")
+        stop = self.recipe.stop if self.recipe is not None else StopConfig()
+        if stop.early and stop.target_return is None and self.reference.expert_return is None:
+            raise ValueError(
+                "recipe.stop.early=true stops the training at the first checkpoint that reaches "
+                "the target, so the target must be known before training: give "
+                "reference.expert_return= (D4RL's REF_MAX_SCORE, say) or recipe.stop.target_return="
+            )

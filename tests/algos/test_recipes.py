@@ -103,9 +103,9 @@ def test_the_same_recipe_and_seed_write_the_same_digest(workdir):
     assert first["checkpoints"]["behaviour"]["probes"]
     assert (workdir / "a-run" / "checkpoints").is_dir()  # a real run directory
     assert dataset.verify(workdir / "b").digest == first["digest"]
-    # a recipe never writes over an earlier run: the training run's directory must be new
+    # a recipe never writes over an earlier run: one of another command (here, seed) is refused
     again = run_harness(
-        [*TINY, "seed=0", "out=c", "recipe.run_dir=a-run"], workdir, module="harness.cli.dataset"
+        [*TINY, "seed=3", "out=c", "recipe.run_dir=a-run"], workdir, module="harness.cli.dataset"
     )
     assert again.returncode != 0 and "a-run exists" in again.stdout + again.stderr
     assert not (workdir / "c").exists()
@@ -131,3 +131,41 @@ def test_medium_replay_is_the_run_replay_up_to_the_stop(workdir):
     ends = (data["truncated"] | data["terminated"]).nonzero().flatten().tolist()
     assert ends == [*range(199, stop - 1, 200), stop - 1]
     assert meta["episodes"] == stop // 200
+
+
+@pytest.mark.e2e
+def test_an_early_stop_ends_the_training_and_medium_replay_takes_its_checkpoints(workdir):
+    # a target every checkpoint reaches: the first one is the behaviour policy; 100k frames would
+    # train for half an hour, so the run must have been stopped there
+    early = [
+        *TINY,
+        "recipe.train_frames=100000",
+        "recipe.stop.early=true",
+        "recipe.stop.target_return=-1e9",
+        "recipe.stop.expert_fraction=null",
+        "recipe.run_dir=run",
+        "seed=2",
+    ]
+    medium = write_by_recipe([*early, "out=m"], workdir)
+    written = sorted((workdir / "run" / "checkpoints").iterdir())
+    first = json.loads((written[0] / "meta.json").read_text())["frames"]  # a round after 500
+    record = json.loads((workdir / "run" / "recipe-training.json").read_text())
+    assert record["ended"] == f"stopped at {written[0].name}, the behaviour checkpoint"
+    assert medium["checkpoints"]["behaviour"]["frames"] == first
+    assert medium["checkpoints"]["expert"] is None and medium["expert_return"] is None
+    assert json.loads((written[-1] / "meta.json").read_text())["frames"] < 100000
+
+    # the same command again, as medium-replay: no training, the same behaviour checkpoint
+    replay = write_by_recipe([*early, "recipe.kind=medium-replay", "out=mr"], workdir)
+    assert sorted((workdir / "run" / "checkpoints").iterdir()) == written
+    assert replay["checkpoints"]["behaviour"]["probes"][-1]["checkpoint"] == written[0].name
+    assert replay["transitions"] == first
+
+    # a recipe that needs the whole run (its final checkpoint is the expert) is refused
+    whole = [a for a in early if a != "recipe.stop.early=true"]
+    refused = run_harness(
+        [*whole, "recipe.kind=medium-replay", "out=full"], workdir, module="harness.cli.dataset"
+    )
+    assert refused.returncode != 0
+    assert "needs its final checkpoint" in refused.stdout + refused.stderr
+    assert not (workdir / "full").exists()
