@@ -32,6 +32,10 @@ time, start-up included) and in steady state (the harness's median ``collect/fra
 CleanRL's last printed SPS); the mean training-episode return (raw game score, lives summed) of the
 episodes that ended in the last ``--window`` frames before N/2 and before N.
 
+``--async-batch-size B`` (with ``--harness-overrides env.backend=envpool``) adds a third side,
+``harness_async``: after each seed's pair, the harness again in envpool's asynchronous mode
+(``env.envpool.batch_size=B``: each collector acts on whichever B of its envs are ready).
+
 Where one sitting cannot hold every seed (1M frames a run is 60 to 85 minutes a seed here, both
 sides), run one seed per sitting, each side by side, and report them together: ``--merge a.json
 b.json c.json [--json all.json]``."""
