@@ -44,7 +44,7 @@ from harness.distributed.setup import (
     shutdown_distributed,
 )
 from harness.distributed.topology import Layout, slurm_env
-from harness.roles.kinds import kind_for
+from harness.roles.kinds import kind_for, reward_normalizer
 from harness.roles.trainer import run_trainer
 from harness.rundir import directory as run_directory
 from harness.rundir import lock as run_lock
@@ -74,6 +74,7 @@ def check_dataset(cfg: Config) -> None:
     if cfg.dataset and not cfg.dataset.startswith("minari:"):
         data, meta = dataset.load(cfg.dataset, cfg.env.id)
         dataset.check_digest(cfg.dataset, data, meta)
+        reward_normalizer(cfg, meta)  # a dataset it cannot scale by: refused here, on every rank
 
 
 def claim(layout: Layout, run_dir: Path) -> run_lock.RunLock | None:

@@ -4,7 +4,8 @@ samples of a fixed dataset (``dataset=<path>``), no environment frames.
 Collectors only evaluate the weights trainer 0 publishes, so progress is
 counted in gradient steps: ``algo.gradient_steps`` is the run's length, and
 ``logger.log_every_frames`` / ``checkpoint.every_frames`` count gradient
-steps too. Each sampled batch's rewards are multiplied by ``algo.reward_scale``;
+steps too. Each sampled batch's rewards are multiplied by ``algo.reward_scale`` (and,
+with ``algo.normalize_reward``, by CORL's factor from the dataset's episode returns);
 with ``algo.normalize_obs`` its observations are normalised with the dataset's
 mean and variance (CORL's ``normalize``), which travel to the evaluating
 collectors with the policy as the online algorithms' running statistics do.
@@ -40,6 +41,9 @@ class OfflineConfig(AlgoConfig):
     # 1 per step: CORL scales D4RL locomotion rewards by episode length / (best - worst episode
     # return) for that. docs/offline.md.
     reward_scale: float = ranged(1.0, POSITIVE)
+    # CORL's normalize_reward: rewards also times the env's episode cut-off / (highest - lowest
+    # return of the dataset's episodes, from its meta.json), worked out when the dataset is read.
+    normalize_reward: bool = False
 
 
 OfflineConfigT = TypeVar("OfflineConfigT", bound=OfflineConfig)
@@ -54,6 +58,7 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
     def __init__(self, cfg: OfflineConfigT, spec: EnvSpec, *args: Any, **kwargs: Any):
         super().__init__(cfg, spec, *args, **kwargs)
         self.data: TensorDict | None = None
+        self.reward_scale = cfg.reward_scale  # and use_dataset's normaliser
 
     @classmethod
     def check_dataset(cls, name: str, dataset: Optional[str]) -> None:
@@ -76,10 +81,13 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
     def gradient_steps_in(self, updates: int) -> Optional[int]:
         return updates  # an update is one gradient step
 
-    def use_dataset(self, data: TensorDict) -> None:
+    def use_dataset(self, data: TensorDict, reward_normalizer: float = 1.0) -> None:
         """The transitions to learn from (memory-mapped is fine: only samples are read, and with
-        ``algo.normalize_obs`` the observations once, in chunks, for their statistics)."""
+        ``algo.normalize_obs`` the observations once, in chunks, for their statistics); their
+        rewards are multiplied by ``algo.reward_scale`` times ``reward_normalizer`` (with
+        ``algo.normalize_reward``, :meth:`harness.data.format.Meta.reward_normalizer`)."""
         self.data = data
+        self.reward_scale = self.cfg.reward_scale * reward_normalizer
         # The same statistics on every call: a resumed run recomputes what it saved.
         if self.obs_norm is not None:
             self.obs_norm.reset()
@@ -93,8 +101,8 @@ class OfflineAlgorithm(Algorithm[OfflineConfigT, PolicyT]):
         self.gradient_steps += 1
         index = torch.randint(0, self.data.shape[0], (self.cfg.batch_size,))
         batch = self.normalized_batch(self.to_device.sample(self.data, index))
-        if self.cfg.reward_scale != 1.0:
-            batch["reward"] = batch["reward"] * self.cfg.reward_scale
+        if self.reward_scale != 1.0:
+            batch["reward"] = batch["reward"] * self.reward_scale
         with self.autocast():
             return self.learn(batch)
 

@@ -48,9 +48,9 @@ log = logging.getLogger("harness")
 
 def roll_out_share(
     cfg: DatasetConfig, layout: Layout, policy: Policy, values: dict[str, float]
-) -> torch.Tensor:
-    """Fill this rank's share of the storage (rank 0 allocates it); returns
-    ``[episodes, their return sum]`` of the episodes that ended in it."""
+) -> list[float]:
+    """Fill this rank's share of the storage (rank 0 allocates it); returns the returns of the
+    episodes that ended in it."""
     envs = make_vec_env(cfg.env.id, cfg.num_envs, cfg.env.max_episode_steps)
     torch.manual_seed(cfg.seed + layout.rank)
     world = layout.world_size
@@ -66,17 +66,17 @@ def roll_out_share(
     shares = [cfg.frames // world + (r < cfg.frames % world) for r in range(world)]
     cursor, end = sum(shares[: layout.rank]), sum(shares[: layout.rank + 1])
     header = Header(version=0, frames=0, stop=False, values=values)
-    totals = torch.zeros(2, dtype=torch.float64)
+    returns: list[float] = []
     try:
         while cursor < end:
             batch = collector.collect(header)
             rows = batch["rollout"].select(*dataset.FIELDS).reshape(-1)[: end - cursor]
             storage[cursor : cursor + rows.shape[0]] = rows
             cursor += rows.shape[0]
-            totals += torch.stack([batch["stats", "episodes"], batch["stats", "return_sum"]])
+            returns += [r for row, r in collector.ended_returns if row < rows.shape[0]]
     finally:
         envs.close()
-    return totals
+    return returns
 
 
 def mean_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
@@ -93,10 +93,9 @@ def mean_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) ->
 
 
 def finish(
-    cfg: DatasetConfig, policy: RandomPolicy, totals: torch.Tensor, sources: list[dict]
+    cfg: DatasetConfig, policy: RandomPolicy, returns: list[float], sources: list[dict]
 ) -> None:
     """Rank 0: measure the reference returns, then write ``meta.json``."""
-    episodes, return_sum = totals.tolist()
     ref = cfg.reference
     random_return = (
         ref.random_return if ref.random_return is not None else mean_return(cfg, policy, {})
@@ -108,8 +107,7 @@ def finish(
     meta = dataset.Meta(
         env=cfg.env.id,
         transitions=cfg.frames,
-        episodes=int(episodes),
-        behaviour_return=return_sum / episodes if episodes else float("nan"),
+        **dataset.episode_fields(returns),
         random_return=random_return,
         expert_return=expert_return,
         sources=sources,
@@ -135,16 +133,15 @@ def write(cfg: DatasetConfig, layout: Layout) -> None:
         policy, values, source = random, {}, {"policy": "random"}
     else:
         policy, values, source = load_policy(cfg.policy, cfg.env.id)
-    totals = roll_out_share(cfg, layout, policy, values)
+    returns = roll_out_share(cfg, layout, policy, values)
     sources: list = [{**source, "rank": layout.rank, "seed": cfg.seed + layout.rank}]
     if not layout.single_process:
-        dist.all_reduce(totals)
-        sources = [None] * layout.world_size
-        dist.all_gather_object(
-            sources, {**source, "rank": layout.rank, "seed": cfg.seed + layout.rank}
-        )
+        shares: list = [None] * layout.world_size
+        dist.all_gather_object(shares, (sources[0], returns))
+        sources = [source for source, _ in shares]
+        returns = [r for _, share in shares for r in share]
     if layout.rank == 0:
-        finish(cfg, random, totals, sources)
+        finish(cfg, random, returns, sources)
 
 
 def write_without_ranks(cfg: DatasetConfig) -> bool:

@@ -50,7 +50,7 @@ from harness.collect.evaluate import eval_seed, evaluate
 from harness.collect.rollout import RolloutCollector
 from harness.core import checkpoint
 from harness.data import dataset
-from harness.data.format import FIELDS, DatasetError, Meta
+from harness.data.format import FIELDS, DatasetError, Meta, episode_fields
 from harness.sync.contract import Header
 
 log = logging.getLogger("harness")
@@ -160,26 +160,25 @@ class Training:
 
 def roll_out(
     cfg: DatasetConfig, policy: Policy, values: dict[str, float], frames: int, seed: int
-) -> tuple[TensorDict, int, float]:
+) -> tuple[TensorDict, list[float]]:
     """``frames`` transitions of ``policy``'s stochastic actions on ``cfg.num_envs`` envs seeded
-    from ``seed``; with the episodes that ended in them and their return sum."""
+    from ``seed``; with the returns of the episodes that ended in them."""
     envs = make_vec_env(cfg.env.id, cfg.num_envs, cfg.env.max_episode_steps)
     torch.manual_seed(seed)  # the actions' samples
     steps = max(1, min(1000, frames // cfg.num_envs))
     collector = RolloutCollector(envs, policy, steps * cfg.num_envs, seed, next_obs=True)
     header = Header(version=0, frames=0, stop=False, values=values)
-    parts, held, episodes, return_sum = [], 0, 0, 0.0
+    parts, held, returns = [], 0, []
     try:
         while held < frames:
             batch = collector.collect(header)
             rows = batch["rollout"].select(*FIELDS).reshape(-1)[: frames - held]
             parts.append(rows.clone())
             held += rows.shape[0]
-            episodes += int(batch["stats", "episodes"])
-            return_sum += float(batch["stats", "return_sum"])
+            returns += [r for row, r in collector.ended_returns if row < rows.shape[0]]
     finally:
         envs.close()
-    return TensorDict.cat(parts), episodes, return_sum
+    return TensorDict.cat(parts), returns
 
 
 def deterministic_return(cfg: DatasetConfig, policy: Policy, values: dict[str, float]) -> float:
@@ -202,16 +201,16 @@ def behaviour(
     for path in candidates:
         policy, values, source = load_policy(str(path), cfg.env.id)
         frames = cfg.recipe.stop.probe_frames
-        _, episodes, return_sum = roll_out(cfg, policy, values, frames, cfg.seed + PROBE_SEED)
-        if episodes == 0:
+        _, returns = roll_out(cfg, policy, values, frames, cfg.seed + PROBE_SEED)
+        if not returns:
             raise DatasetError(
                 f"probing {path}: no episode ended in {frames} frames; raise "
                 "recipe.stop.probe_frames above an episode's length"
             )
         probes.append({"checkpoint": path.name, "frames": source["frames"]})
-        probes[-1]["return"] = return_sum / episodes
+        probes[-1]["return"] = float(np.mean(returns))
         log.info("probe %s: stochastic return %.1f", path.name, probes[-1]["return"])
-        if return_sum / episodes >= target:
+        if probes[-1]["return"] >= target:
             return path, probes
     raise DatasetError(
         f"no checkpoint of the recipe's run reached the target return {target:.1f} (probes: "
@@ -231,10 +230,10 @@ def episode_ends(replay: TensorDict, n: int) -> torch.Tensor:
     return ends
 
 
-def replay_until(chosen: Path, run_dir: Path) -> tuple[TensorDict, int, float]:
+def replay_until(chosen: Path, run_dir: Path) -> tuple[TensorDict, list[float]]:
     """medium-replay: the run's replay up to the behaviour checkpoint ``chosen`` (every frame
     of it, as that checkpoint keeps it), with ``truncated`` where an episode hit its time limit
-    or the data ends; the episodes that ended in them and their return sum."""
+    or the data ends; the returns of the episodes that ended in them."""
     run_cfg = OmegaConf.load(run_dir / "config.yaml")
     if run_cfg.collector.num_envs != 1:
         raise DatasetError(
@@ -257,7 +256,7 @@ def replay_until(chosen: Path, run_dir: Path) -> tuple[TensorDict, int, float]:
     done = ends.nonzero().flatten()
     sums = data["reward"].double().cumsum(0)[done]
     returns = sums - torch.cat([sums.new_zeros(1), sums[:-1]])
-    return data.select(*FIELDS), int(done.numel()), float(returns.sum())
+    return data.select(*FIELDS), returns.tolist()
 
 
 def target_return(stop: StopConfig, random_return: float, expert_return: float) -> float:
@@ -305,22 +304,21 @@ def write_from(cfg: DatasetConfig, training: Training) -> Meta:
     policy, values, source = load_policy(str(chosen), cfg.env.id)
     sources = [{**source, "seed": cfg.seed}]
     if recipe.kind == "medium-replay":
-        data, episodes, return_sum = replay_until(chosen, training.run_dir)
+        data, returns = replay_until(chosen, training.run_dir)
         sources = [{"replay": str(chosen), "frames": source["frames"]}]
     else:
-        data, episodes, return_sum = roll_out(cfg, policy, values, cfg.frames, cfg.seed)
+        data, returns = roll_out(cfg, policy, values, cfg.frames, cfg.seed)
     if recipe.kind == "medium-expert":  # never early (RecipeConfig): the expert was loaded
         assert expert_source is not None
         seed = cfg.seed + EXPERT_SEED
-        more, more_episodes, more_sum = roll_out(cfg, expert, expert_values, cfg.frames, seed)
+        more, more_returns = roll_out(cfg, expert, expert_values, cfg.frames, seed)
         data = TensorDict.cat([data, more])
-        episodes, return_sum = episodes + more_episodes, return_sum + more_sum
+        returns += more_returns
         sources.append({**expert_source, "seed": seed})
     meta = Meta(
         env=cfg.env.id,
         transitions=data.shape[0],
-        episodes=episodes,
-        behaviour_return=return_sum / episodes if episodes else float("nan"),
+        **episode_fields(returns),
         random_return=random_return,
         expert_return=expert_return,
         sources=sources,

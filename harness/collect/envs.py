@@ -277,6 +277,13 @@ def made_for(env_id: str, training: bool) -> dict[str, bool]:
     )
 
 
+def episode_cutoff(env_id: str, max_episode_steps: int | None = None) -> int | None:
+    """An episode's cut-off in steps: ``env.max_episode_steps``, else the registered time limit."""
+    if max_episode_steps is not None:
+        return max_episode_steps
+    return gym.spec(env_id.rpartition(":")[2]).max_episode_steps
+
+
 def env_spec(env_id: str, max_episode_steps: int | None = None) -> EnvSpec:
     """The spec without keeping an env around (trainers never step envs)."""
     envs = make_vec_env(env_id, 1, max_episode_steps=max_episode_steps)

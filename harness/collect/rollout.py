@@ -146,6 +146,9 @@ class RolloutCollector:
         )
         self.policy_fields = [k for k in self.fields if k not in env_fields]
         self.stats = {k: self.batch["stats", k] for k in STATS}
+        # (row, return) of each episode that ended in the last batch, row its last step's index in
+        # the rollout flattened ([steps, envs]): a dataset cut short counts only its own episodes
+        self.ended_returns: list[tuple[int, float]] = []
         self.clip = (
             (act_space.low, act_space.high) if isinstance(act_space, gym.spaces.Box) else None
         )
@@ -246,6 +249,7 @@ class RolloutCollector:
                 restarted[t] = flag & info["final_info"].get("_env_restarted", flag)
         for value in stats.values():
             value.zero_()
+        self.ended_returns.clear()
         stats["env_restarts"].add_(int(restarted.sum()))
         if self.games:
             self._count_games(final)
@@ -257,11 +261,12 @@ class RolloutCollector:
         """Games that ended in this batch, as the envs report them
         (:class:`harness.collect.pixels.GameStats`): their raw returns and lengths, where the
         learner's episodes end at lost lives and see clipped rewards."""
-        for _, info in final:
+        for t, info in final:
             ended = info["final_info"]
             for i in np.flatnonzero(ended.get("_game_return", ())):
                 self.stats["episodes"].add_(1)
                 self.stats["return_sum"].add_(float(ended["game_return"][i]))
+                self.ended_returns.append((t * self.num_envs + i, float(ended["game_return"][i])))
                 self.stats["length_sum"].add_(float(ended["game_length"][i]))
 
     def _count_episodes(self, rewards: np.ndarray, ends: np.ndarray, restarted: np.ndarray) -> None:
@@ -285,6 +290,7 @@ class RolloutCollector:
             episodes = sorted(ended[t])  # in env order, as a mask over the envs selects them
             self.stats["episodes"].add_(len(episodes))
             self.stats["return_sum"].add_(float(np.array([r for _, r, _ in episodes]).sum()))
+            self.ended_returns.extend((t * self.num_envs + i, float(r)) for i, r, _ in episodes)
             self.stats["length_sum"].add_(
                 float(np.array([n for _, _, n in episodes], dtype=np.int64).sum())
             )

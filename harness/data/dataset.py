@@ -5,8 +5,8 @@ A dataset is a directory:
 - ``data/``: a TensorDict saved with ``memmap`` (one file per field), batch
   size ``[n]``: ``obs``, ``action``, ``reward``, ``next_obs``,
   ``terminated``, ``truncated``;
-- ``meta.json``: the env it was collected on, its size, the mean return of the
-  behaviour policy's episodes, and the random and expert reference returns
+- ``meta.json``: the env it was collected on, its size, the number, mean and range of the
+  returns of the behaviour policy's episodes, and the random and expert reference returns
   that normalised scores use: ``100 * (R - random) / (expert - random)``.
 
 ``meta.json`` is written last, so a directory without it is an unfinished write and is refused.
@@ -27,7 +27,7 @@ from typing import cast
 import torch
 from tensordict import TensorDict
 
-from harness.data.format import FIELDS, FORMAT, DatasetError, Meta
+from harness.data.format import FIELDS, FORMAT, DatasetError, Meta, episode_fields
 from harness.data.minari import load_minari
 
 
@@ -276,6 +276,11 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
     def mean_of(values: list[float | None]) -> float | None:
         return None if None in values else sum(cast("list[float]", values)) / len(values)
 
+    ranges = [m.return_range for m in metas]
+    return_range = None
+    if all(ranges):
+        return_range = [min(r[0] for r in ranges), max(r[1] for r in ranges)]  # type: ignore[index]
+
     meta = Meta(
         env=metas[0].env,
         transitions=data.shape[0],
@@ -283,6 +288,7 @@ def concatenate(names: list[str], out: str | Path) -> Meta:
         behaviour_return=behaviour,
         random_return=mean_of([m.random_return for m in metas]),
         expert_return=mean_of([m.expert_return for m in metas]),
+        return_range=return_range,
         sources=[{"dataset": str(n), **s} for n, m in zip(names, metas) for s in m.sources],
     )
     save(out, data, meta)
@@ -298,6 +304,7 @@ __all__ = [
     "check_shapes",
     "concatenate",
     "content_digest",
+    "episode_fields",
     "finish",
     "load",
     "open_storage",

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness.data.format import FIELDS, DatasetError, Meta
+from harness.data.format import FIELDS, DatasetError, Meta, episode_fields
 
 
 def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
@@ -66,8 +66,7 @@ def load_minari(dataset_id: str) -> tuple[TensorDict, Meta]:
     meta = Meta(
         env=env_spec.id,
         transitions=n,
-        episodes=len(returns),
-        behaviour_return=float(np.mean(returns)) if returns else float("nan"),
+        **episode_fields(returns),
         random_return=info.get("ref_min_score"),
         expert_return=info.get("ref_max_score"),
         sources=[{"minari": dataset_id, "algorithm": info.get("algorithm_name")}],

@@ -12,13 +12,16 @@ do; neither asks which kind it is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Optional, Protocol
 
 from harness.algos import ALGOS, Algorithm
 from harness.algos.offline import OfflineAlgorithm
+from harness.collect.envs import episode_cutoff
 from harness.config import Config
 from harness.data import dataset
+from harness.data.format import DatasetError, Meta
 from harness.distributed.setup import Groups
 from harness.distributed.topology import Layout
 from harness.metrics.stats import EvalStats, RolloutStats
@@ -32,8 +35,22 @@ from harness.roles.supervisor import run_supervised_collector
 from harness.rundir.state import Progress
 from harness.sync import Header
 
+log = logging.getLogger("harness")
 Loop = Callable[[TrainerSteps], None]
 Role = Callable[[Config, Layout, Groups], None]
+
+
+def reward_normalizer(cfg: Config, meta: Meta) -> float:
+    """What ``algo.normalize_reward`` multiplies a dataset's rewards by (1 without it)."""
+    if not getattr(cfg.algo, "normalize_reward", False):
+        return 1.0
+    cutoff = episode_cutoff(cfg.env.id, cfg.env.max_episode_steps)
+    if cutoff is None:
+        raise DatasetError(
+            f"algo.normalize_reward scales by the episode cut-off, and {cfg.env.id} has none: "
+            "set env.max_episode_steps"
+        )
+    return meta.reward_normalizer(cutoff)
 
 
 class RunKind(Protocol):
@@ -145,7 +162,15 @@ class OfflineRun:
         assert path is not None and isinstance(algo, OfflineAlgorithm)
         data, meta = dataset.load(path, self.cfg.env.id)
         dataset.check_shapes(path, data, algo.spec.obs_shape, algo.spec.action_shape)
-        algo.use_dataset(data)
+        normalizer = reward_normalizer(self.cfg, meta)
+        if normalizer != 1.0:
+            log.info(
+                "rewards times %.4g: CORL's normalize_reward for the dataset's episode returns, "
+                "%s (times algo.reward_scale)",
+                normalizer,
+                meta.return_range,
+            )
+        algo.use_dataset(data, normalizer)
         self.normalize = meta.normalized
 
     def connect(

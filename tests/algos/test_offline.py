@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from helpers import run_harness
+from helpers import ROOT, launch_env, run_harness
 from tensordict import TensorDict
 
 from harness.algos import algorithm_for, offline
@@ -130,6 +130,21 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     rank0 = data[:1000]
     follows = ~(rank0["terminated"] | rank0["truncated"])[:-2]
     assert torch.equal(rank0["next_obs"][:-2][follows], rank0["obs"][2:][follows])
+    # meta.json's episodes are those that end inside the data (rank 0's share is 1,001 rows, its
+    # last batch cut after one), summed per env column: here, by the test's own walk of the rows.
+    returns = []
+    for share in (data[:1001], data[1001:]):
+        for env in range(2):
+            total = 0.0
+            for row in share[env::2]:
+                total += float(row["reward"])
+                if row["terminated"] or row["truncated"]:
+                    returns.append(total)
+                    total = 0.0
+    assert meta.episodes == len(returns) and meta.behaviour_return == pytest.approx(
+        np.mean(returns)
+    )
+    assert meta.return_range == [min(returns), max(returns)]
 
     again = write_dataset(["env=cartpole", "out=rand2", "frames=500", "seed=7"], workdir)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -140,6 +155,8 @@ def test_written_dataset_holds_every_rank_share_and_mixes(workdir):
     assert meta_mixed.transitions == 2501 and torch.equal(
         data_mixed["obs"], torch.cat([data["obs"], second["obs"]])
     )
+    ranges = [meta.return_range, dataset.load(workdir / "rand2")[1].return_range]
+    assert meta_mixed.return_range == [min(r[0] for r in ranges), max(r[1] for r in ranges)]
     refused = write_dataset(["out=rand", "frames=10"], workdir, nproc=2)
     assert refused.returncode != 0 and "already holds a dataset" in refused.stderr
 
@@ -508,6 +525,53 @@ def test_offline_run_needs_a_dataset_and_one_for_its_env(workdir):
         wrong.returncode != 0
         and "collected on Pendulum-v1, but this run is env.id=CartPole-v1" in wrong.stderr
     )
+
+
+@pytest.mark.e2e
+def test_normalize_reward_scales_by_the_datasets_episode_return_range(workdir):
+    """CORL's normalize_reward: rewards times the episode cut-off over the range of the dataset's
+    episode returns (here the test's own sums of the rows of one env); a dataset whose meta.json
+    does not record the range is refused with one message, before any rank starts."""
+    done = write_dataset(["env=hopper", "out=hop", "frames=1500", "num_envs=1"], workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data, meta = dataset.load(workdir / "hop")
+    ends = (data["terminated"] | data["truncated"]).nonzero().flatten().tolist()
+    returns = [
+        float(data["reward"][a + 1 : b + 1].double().sum()) for a, b in zip([-1, *ends], ends)
+    ]
+    if not bool(data["terminated"][-1]):
+        returns = returns[:-1]  # the row where the data stops is marked, but ends no episode
+    assert meta.return_range == pytest.approx([min(returns), max(returns)])
+    common = ["algo=iql", "env=hopper", "dataset=hop", "algo.hidden=32", "eval.episodes=1"]
+    run = run_harness(
+        [*common, "algo.gradient_steps=20", "algo.normalize_reward=true", "run_dir=run"], workdir
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = re.search(r"rewards times ([\d.e+-]+)", run.stdout + run.stderr)
+    assert said and float(said[1]) == pytest.approx(1000 / (max(returns) - min(returns)), rel=1e-3)
+
+    meta_file = workdir / "hop" / "meta.json"
+    older = json.loads(meta_file.read_text())
+    del older["return_range"]  # as meta.json was written before the range was recorded
+    meta_file.write_text(json.dumps(older))
+    refused = subprocess.run(  # as a user launches it: scripts/train.sh, two ranks
+        [
+            str(ROOT / "scripts" / "train.sh"),
+            *common,
+            f"dataset={workdir / 'hop'}",
+            "algo.normalize_reward=true",
+            f"run_dir={workdir / 'run2'}",
+        ],
+        cwd=workdir,
+        env=launch_env({"NPROC": "2"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = (refused.stdout + refused.stderr).strip()
+    assert refused.returncode == 2 and said.startswith("error: "), said[-3000:]
+    assert said.count("error:") == 1 and "does not record" in said and "Traceback" not in said
+    assert not (workdir / "run2").exists()
 
 
 @pytest.mark.e2e
