@@ -3,6 +3,8 @@ alone (finished or not)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness.cli import results
@@ -151,6 +153,7 @@ def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
         [tmp_path / "s1", tmp_path / "s2"],
         meta,
         (5000, 10000, 50000),
+        "59.08 ± 3.77",
     )
     cells = [c.strip() for c in row.strip("|").split("|")]
     # Final: the mean of the last three evaluations per seed (800, 550); at 5k the newest
@@ -163,8 +166,9 @@ def test_offline_row_scores_each_run_at_the_steps_it_reached(tmp_path):
         "675.0 ± 176.8",
         "67.5",
         "40.0 / 90.0 / -",
-        "500.0 (above)",
+        "500.0, 50.0 (above)",  # the behaviour return and its normalised score
         "85 s",
+        "59.08 ± 3.77",
     ]
 
 
@@ -207,3 +211,23 @@ def test_offline_section_says_how_it_was_made_and_what_its_dataset_is():
     assert lines[:4] == ["", "## Offline: on X", "", made_by]
     assert lines[4].startswith("Dataset `datasets/x`: 50,000 transitions of a SAC policy stopped")
     assert "| normalised at 10k / 50k |" in lines[-2] and lines[-1].startswith("| --- |")
+
+
+def test_offline_section_names_a_recipe_datasets_recipe_checkpoint_and_digest():
+    meta = dataclasses.replace(
+        hopper_meta(),
+        transitions=1_000_000,
+        episodes=3_000,
+        expert_return=None,
+        digest="0123456789abcdef" * 4,
+        recipe={"name": "hopper_medium", "kind": "medium", "seed": 0, "preset": "sac_hopper"},
+        checkpoints={"behaviour": {"frames": 120_000}},
+    )
+    head = oc.section("Offline on hopper_medium seed 0", "Made by ...", "d", meta, 20, [10_000])
+    said = head.splitlines()[4]
+    assert said == (
+        "Dataset `d`: 1,000,000 transitions, `medium` by the recipe `hopper_medium` seed 0 "
+        "(sac_hopper, behaviour checkpoint at 120,000 frames); behaviour return 500.0 over 3,000 "
+        "episodes, random 0.0, expert none (the recipe's references); digest `0123456789abcdef`."
+    )
+    assert head.splitlines()[-2].endswith("| wall time | CORL |")

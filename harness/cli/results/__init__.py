@@ -1,12 +1,12 @@
 """``harness results``: the score tables of docs/results.md, made from run directories.
 
     harness results sota [--only PRESET ...] [--seeds N ...] [--frames N] [--summarize] ...
-    harness results offline [--task pendulum|hopper] [--algos iql cql] [--seeds N ...] ...
-                            [--label NAME key=value ...]
+    harness results offline [--recipe NAME] [--dataset-seed N] [--algos bc iql cql] ...
+                            [--seeds N ...] [--label NAME key=value ...]
 
 ``sota`` (:mod:`harness.cli.results.sota`) runs the online presets over seeds and compares their
 final returns with the published ones; ``offline`` (:mod:`harness.cli.results.offline`) makes a
-"medium" dataset and scores IQL and CQL on it. Both only read the run directories with
+dataset by D4RL's recipe and scores BC, IQL and CQL on it. Both only read the run directories with
 ``--summarize``. docs/results.md says how each column is read.
 """
 

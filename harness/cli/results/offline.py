@@ -1,42 +1,33 @@
-"""``harness results offline``: make a "medium" dataset with the harness, run IQL and CQL on it,
-write their section of docs/results.md.
+"""``harness results offline``: a dataset by D4RL's recipe, BC, IQL and CQL on it, their section
+of docs/results.md.
 
-    harness results offline                     # Pendulum (about 15 minutes on 2 cores)
-    harness results offline --task hopper       # Hopper (SAC to 1M frames first: a bigger machine)
-    harness results offline --seeds 1 2 3
-    harness results offline --dataset-seed 2    # a second dataset of the same behaviour policy
+    harness results offline                                     # pendulum_medium, dataset seed 0
+    harness results offline --recipe hopper_medium --algos bc iql --seeds 1 2 3
+    harness results offline --recipe hopper_medium_replay --dataset-seed 1
     harness results offline --root /tmp/offline --algos cql --out /tmp/offline/results.md
-    harness results offline --task hopper --expert-run runs/sota/td3_hopper/seed-2 \\
-        --behaviour-run runs/sota/td3_hopper/seed-1   # runs made already: no SAC runs
-    harness results offline --task hopper --algos cql --seeds 1 2 --jobs 2 \\
+    harness results offline --recipe hopper_medium --algos cql --seeds 1 2 --jobs 2 \\
         --label lr3e-5 algo.actor_lr=3e-5       # a variant of a preset, two runs side by side
-    harness results offline --task hopper --algos cql --seeds 1 2 --summarize   # the table only
+    harness results offline --recipe hopper_medium --algos cql --seeds 1 2 --summarize
 
-As D4RL's "medium": SAC is trained to expert level (its final policy is the expert reference); a
-second SAC run keeps a checkpoint every few hundred frames, and the first one whose stochastic
-policy scores inside the task's band writes the dataset. Then the ``iql_<task>`` and
-``cql_<task>`` presets learn from it through torchrun (1 trainer + ``--nproc`` - 1 evaluating
-collectors), with the ``key=value`` overrides given (name such runs with ``--label``).
-Everything lands in runs/offline/ and datasets/ under ``--root`` (default: the repository);
-existing datasets and SAC runs are reused. ``--expert-run`` and ``--behaviour-run`` name finished
-runs of any online algorithm to use instead of the two SAC runs: the expert's newest checkpoint,
-and the behaviour run's checkpoints as the candidates. ``--dataset-seed N`` (default 1) seeds the
-dataset's rollouts: the same SAC checkpoint, other episodes, in ``datasets/<task>-medium-seedN``
-(seed 1 keeps ``<task>-medium``).
+The dataset is ``harness dataset recipe=<recipe> seed=<dataset seed>`` (``conf/recipe/``,
+docs/offline.md), run in ``--root`` (default: the repository) unless it is there already; its
+training run goes where the recipe says (``runs/recipes/``), so ``medium`` and ``medium_replay`` of
+one seed share it. Then the ``<algo>_<env>`` presets (``bc_hopper``, ``iql_hopper``, ...) learn from
+it through torchrun (1 trainer + ``--nproc`` - 1 evaluating collectors), with the ``key=value``
+overrides given (name such runs with ``--label``), in ``runs/offline/`` under ``--root``. Each row
+gives CORL's published score on the D4RL dataset of the recipe's name beside the run's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from harness.cli.results.offline_table import SCORED_AT, offline_row, replace_section, section
 from harness.cli.usage import UsageError
@@ -44,30 +35,21 @@ from harness.data import dataset
 from harness.data.format import Meta
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: datasets/, runs/, docs/results.md
+RECIPES = ROOT / "conf" / "recipe"
 BIN = Path(sys.executable).parent
-SUMMARY = "a medium dataset, IQL and CQL on it; their section of docs/results.md"
+SUMMARY = "a dataset by D4RL's recipe, BC, IQL and CQL on it; their section of docs/results.md"
 
-
-@dataclass(frozen=True)
-class Task:
-    """Where a task's dataset comes from."""
-
-    env: str
-    # the preset of the expert run and of the checkpointed run the behaviour policy comes from
-    expert: str
-    frames: int  # of the checkpointed run
-    every: int  # its checkpoint spacing
-    band: tuple[float, float]  # the behaviour return a checkpoint must score to be chosen
-    size: int  # the dataset's transitions
-
-
-TASKS = {
-    "pendulum": Task(
-        "pendulum", "sac_pendulum", frames=4500, every=256, band=(-700, -400), size=50_000
-    ),
-    "hopper": Task(
-        "hopper", "sac_hopper", frames=400_000, every=10_000, band=(1000, 1800), size=1_000_000
-    ),
+# CORL's last scores (normalised, mean ± std over seeds) on the D4RL datasets of these names, 1M
+# gradient steps: the "Last Scores" table of tinkoff-ai/CORL's README at commit 022e449.
+CORL = {
+    "halfcheetah-medium": {"bc": "42.40 ± 0.19", "cql": "47.04 ± 0.22", "iql": "48.31 ± 0.22"},
+    "halfcheetah-medium-replay": {
+        "bc": "35.66 ± 2.33",
+        "cql": "45.04 ± 0.27",
+        "iql": "44.46 ± 0.22",
+    },
+    "hopper-medium": {"bc": "53.51 ± 1.76", "cql": "59.08 ± 3.77", "iql": "67.53 ± 3.78"},
+    "hopper-medium-replay": {"bc": "29.81 ± 2.07", "cql": "95.11 ± 5.27", "iql": "97.43 ± 6.39"},
 }
 
 
@@ -83,80 +65,34 @@ def torchrun(nproc: int, module: str, *overrides: str) -> list[str]:
     ]
 
 
-def run(cmd: list[str]) -> None:
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+def recipe_spec(name: str, seed: int) -> DictConfig:
+    """``conf/recipe/<name>.yaml`` with ``seed`` set (its ``out`` names the seed)."""
+    path = RECIPES / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in RECIPES.glob("*.yaml")))
+        raise UsageError(f"--recipe {name}: no conf/recipe/{name}.yaml (there are: {known})")
+    spec = OmegaConf.load(path)
+    assert isinstance(spec, DictConfig)
+    spec.seed = seed
+    return spec
 
 
-def behaviour_checkpoint(task: str, nproc: int, runs: Path, expert: Path, medium: Path) -> Path:
-    """The first checkpoint of the ``medium`` run whose policy scores inside the task's band
-    (training the expert and that run first, with SAC, if they are missing); the choice is kept in
-    the run, so that datasets of other seeds come from the same behaviour policy without probing
-    again."""
-    spec = TASKS[task]
-    train = ["harness.train", f"experiment={spec.expert}", "logger.console=false"]
-    if not (expert / "checkpoints").exists():
-        run(torchrun(nproc, *train, f"run_dir={expert}"))
-    if not (medium / "checkpoints").exists():
-        every = [f"checkpoint.every_frames={spec.every}", "checkpoint.keep=1000"]
-        run(
-            torchrun(
-                nproc, *train, f"run_dir={medium}", f"collector.total_frames={spec.frames}", *every
-            )
-        )
-    chosen = medium / "behaviour_checkpoint.txt"
-    if chosen.exists():
-        return medium / "checkpoints" / chosen.read_text().strip()
-    low, high = spec.band
-    probe = runs / f"{task}-probe"
-    for checkpoint in sorted((medium / "checkpoints").glob("step-*")):
-        shutil.rmtree(probe, ignore_errors=True)
-        run(
-            torchrun(
-                nproc,
-                "harness.cli.dataset",
-                f"env={spec.env}",
-                f"policy={checkpoint}",
-                f"out={probe}",
-                f"frames={spec.size // 5}",
-                "reference.random_return=0",
-            )
-        )
-        behaviour = dataset.load(probe)[1].behaviour_return
-        print(f"{checkpoint.name}: behaviour return {behaviour:.1f}", flush=True)
-        if low <= behaviour <= high:
-            chosen.write_text(checkpoint.name + "\n")
-            return checkpoint
-    raise SystemExit(
-        f"no checkpoint of {medium} scores inside {spec.band}: change the band or the run"
-    )
+def env_group(spec: DictConfig) -> str:
+    """The recipe's env (its ``override /env`` default): the presets' suffix."""
+    for entry in spec.get("defaults", []):
+        if isinstance(entry, DictConfig) and "override /env" in entry:
+            return str(entry["override /env"])
+    raise UsageError("the recipe names no env (defaults: - override /env: <env>)")
 
 
-def make_dataset(
-    task: str, nproc: int, root: Path, seed: int, expert: Path | None, medium: Path | None
-) -> Path:
-    """``<root>/datasets/<task>-medium`` (``-seed<N>`` for rollout seeds other than 1), written
-    unless it exists."""
-    spec = TASKS[task]
-    out = root / "datasets" / (f"{task}-medium" if seed == 1 else f"{task}-medium-seed{seed}")
-    if (out / "meta.json").exists():
-        return out
-    runs = root / "runs" / "offline"
-    expert, medium = expert or runs / f"{task}-sac-expert", medium or runs / f"{task}-sac-medium"
-    checkpoint = behaviour_checkpoint(task, nproc, runs, expert, medium)
-    run(
-        torchrun(
-            nproc,
-            "harness.cli.dataset",
-            f"env={spec.env}",
-            f"policy={checkpoint}",
-            f"out={out}",
-            f"frames={spec.size}",
-            f"reference.expert_policy={expert}",
-            "reference.episodes=20",
-            f"seed={seed}",
-        )
-    )
+def make_dataset(name: str, seed: int, root: Path) -> Path:
+    """``harness dataset recipe=<name> seed=<seed>`` in ``root``, unless its dataset is there."""
+    out = root / str(recipe_spec(name, seed).out)
+    if not (out / "meta.json").exists():
+        cmd = [str(BIN / "harness"), "dataset", f"recipe={name}", f"seed={seed}"]
+        print("+", " ".join(cmd), flush=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run(cmd, cwd=root, env=env, check=True)
     return out
 
 
@@ -182,32 +118,25 @@ def train_all(runs: list[tuple[Path, list[str]]], nproc: int, jobs: int) -> None
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The dataset's options, then the runs' and the table's (:func:`add_run_arguments`)."""
-    p.add_argument("--task", choices=sorted(TASKS), default="pendulum")
+    p.add_argument(
+        "--recipe",
+        default="pendulum_medium",
+        metavar="NAME",
+        help="the dataset's recipe, conf/recipe/NAME.yaml (default pendulum_medium)",
+    )
     p.add_argument(
         "--dataset-seed",
         type=int,
-        default=1,
+        default=0,
         metavar="N",
-        help="seed of the dataset's rollouts (default 1)",
+        help="the recipe's seed (default 0)",
     )
     p.add_argument(
         "--root",
         type=Path,
         default=ROOT,
         metavar="DIR",
-        help="where datasets/ and runs/offline/ go (default: the repository)",
-    )
-    p.add_argument(
-        "--expert-run",
-        type=Path,
-        metavar="RUN_DIR",
-        help="a finished run whose final policy is the expert (default: SAC's)",
-    )
-    p.add_argument(
-        "--behaviour-run",
-        type=Path,
-        metavar="RUN_DIR",
-        help="a run whose checkpoints are the behaviour candidates (default: SAC's)",
+        help="where datasets/, runs/recipes/ and runs/offline/ go (default: the repository)",
     )
     add_run_arguments(p)
 
@@ -217,8 +146,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--algos",
         nargs="*",
-        choices=("iql", "cql"),
-        default=["iql", "cql"],
+        choices=("bc", "iql", "cql"),
+        default=["bc", "iql", "cql"],
         help="presets to train on the dataset (none: only make the dataset)",
     )
     p.add_argument(
@@ -258,18 +187,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def given_runs(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
-    """``--expert-run`` and ``--behaviour-run``, resolved; a mistake names the flag's need."""
-    runs = tuple(r.resolve() if r else None for r in (args.expert_run, args.behaviour_run))
-    for given in filter(None, runs):
-        if not (given / "checkpoints").is_dir():
-            raise UsageError(
-                f"{given} has no checkpoints/: --expert-run and --behaviour-run take finished "
-                "run directories"
-            )
-    return runs[0], runs[1]
-
-
 def run_check(args: argparse.Namespace, overrides: list[str]) -> int:
     """Make (or find) the dataset, train the presets on it unless ``--summarize``, write the
     section."""
@@ -278,28 +195,35 @@ def run_check(args: argparse.Namespace, overrides: list[str]) -> int:
             f"{' '.join(overrides)} changes the presets: name the runs with --label NAME"
         )
     root = args.root.resolve()
-    data = make_dataset(args.task, args.nproc, root, args.dataset_seed, *given_runs(args))
+    spec = recipe_spec(args.recipe, args.dataset_seed)
+    env = env_group(spec)
+    for algo in args.algos:
+        if not (ROOT / "conf" / "experiment" / f"{algo}_{env}.yaml").exists():
+            raise UsageError(f"--algos {algo}: there is no preset {algo}_{env} for this recipe")
+    data = make_dataset(args.recipe, args.dataset_seed, root)
     if not args.algos:
         return 0
     _, meta = dataset.load(data)
-    # a dataset of another seed has runs and a section of its own
-    other = "" if args.dataset_seed == 1 else f" --dataset-seed {args.dataset_seed}"
-    suffix = (other and f"-data{args.dataset_seed}") + (f"-{args.label}" if args.label else "")
+    suffix = f"-data{args.dataset_seed}" + (f"-{args.label}" if args.label else "")
     run_dirs = {
         algo: [
-            root / "runs" / "offline" / f"{algo}_{args.task}{suffix}-seed{s}" for s in args.seeds
+            root / "runs" / "offline" / f"{algo}_{args.recipe}{suffix}-seed{s}" for s in args.seeds
         ]
         for algo in args.algos
     }
     if not args.summarize:
         (root / "runs" / "offline").mkdir(parents=True, exist_ok=True)  # the runs' logs go there
-        train_all(launches(args, run_dirs, data, overrides), args.nproc, args.jobs)
-    write_section(args, run_dirs, data, meta, other)
+        train_all(launches(args, env, run_dirs, data, overrides), args.nproc, args.jobs)
+    write_section(args, run_dirs, data, meta)
     return 0
 
 
 def launches(
-    args: argparse.Namespace, run_dirs: dict[str, list[Path]], data: Path, overrides: list[str]
+    args: argparse.Namespace,
+    env: str,
+    run_dirs: dict[str, list[Path]],
+    data: Path,
+    overrides: list[str],
 ) -> list[tuple[Path, list[str]]]:
     """Each run directory and its overrides: its preset on ``data``, its seed, ``overrides``."""
     budget = [f"algo.gradient_steps={args.gradient_steps}"] if args.gradient_steps else []
@@ -307,7 +231,7 @@ def launches(
         (
             run_dir,
             [
-                f"experiment={algo}_{args.task}",
+                f"experiment={algo}_{env}",
                 f"dataset={data}",
                 f"seed={seed}",
                 f"run_dir={run_dir}",
@@ -323,24 +247,28 @@ def launches(
 
 
 def write_section(
-    args: argparse.Namespace, run_dirs: dict[str, list[Path]], data: Path, meta: Meta, other: str
+    args: argparse.Namespace, run_dirs: dict[str, list[Path]], data: Path, meta: Meta
 ) -> None:
     """This dataset's section of ``--out``, a row per algorithm."""
-    # the presets' evaluation episodes (IQL's and CQL's are the same)
+    # the presets' evaluation episodes (the offline presets of a task evaluate alike)
     episodes = OmegaConf.load(run_dirs[args.algos[0]][0] / "config.yaml").eval.episodes
-    name = f"{meta.env} medium"
+    name = f"{args.recipe} seed {args.dataset_seed}"
+    d4rl = args.recipe.replace("_", "-")
     lines = []
     for algo, dirs in run_dirs.items():
         label = algo.upper() + (f" ({args.label})" if args.label else "")
-        lines.append(offline_row(label, name, dirs, meta, tuple(args.scored_at)))
+        corl = CORL.get(d4rl, {}).get(algo, "-")
+        lines.append(offline_row(label, name, dirs, meta, tuple(args.scored_at), corl))
         print(lines[-1], flush=True)
-    title = f"Offline: IQL and CQL on {name}{other and f' (dataset seed {args.dataset_seed})'}"
+    command = f"harness results offline --recipe {args.recipe} --dataset-seed {args.dataset_seed}"
     made_by = (
-        f"Made by `harness results offline --task {args.task}{other}` on "
-        f"{time.strftime('%Y-%m-%d')} (1 trainer + {args.nproc - 1} evaluating collector(s) "
-        "through torchrun, 2-core no-GPU machine)."
+        f"Made by `{command}` on {time.strftime('%Y-%m-%d')} (1 trainer + {args.nproc - 1} "
+        "evaluating collector(s) through torchrun, 2-core no-GPU machine). CORL: its last score "
+        f"on D4RL's {d4rl}-v2 (tinkoff-ai/CORL's README at commit 022e449), another dataset of "
+        "the same recipe."
     )
     shown = data.relative_to(ROOT) if data.is_relative_to(ROOT) else data
+    title = f"Offline on {name}"
     head = section(title, made_by, str(shown), meta, episodes, args.scored_at)
     replace_section(args.out, head + "\n".join(lines) + "\n")
     print(f"wrote {args.out}")

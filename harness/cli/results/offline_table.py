@@ -15,8 +15,8 @@ from harness.data.format import Meta
 SCORED_AT = (10_000, 50_000, 100_000)
 TABLE_HEAD = (
     "| algorithm | dataset | gradient steps | seeds | final return | normalised "
-    "| normalised at {at} | behaviour return | wall time |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "| normalised at {at} | behaviour return | wall time | CORL |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
 
 
@@ -93,11 +93,17 @@ def score(normalised: float | None) -> str:
 
 
 def offline_row(
-    name: str, dataset_name: str, run_dirs: list[Path], meta: Meta, scored_at: tuple[int, ...]
+    name: str,
+    dataset_name: str,
+    run_dirs: list[Path],
+    meta: Meta,
+    scored_at: tuple[int, ...],
+    published: str = "-",
 ) -> str:
     """One table row from finished run directories: the final return (the mean of each seed's last
     three evaluations), its normalised score, the normalised scores at ``scored_at`` steps, the
-    behaviour return and the wall time (``time_s`` of each run's last row, mean over seeds)."""
+    behaviour return (and its normalised score), the wall time (``time_s`` of each run's last row,
+    mean over seeds) and the ``published`` score beside it."""
     tables = [list(csv.DictReader((d / "metrics.csv").open())) for d in run_dirs]
     finals = [statistics.mean([e for _, e in evaluations(rows)][-3:]) for rows in tables]
     mean = statistics.mean(finals)
@@ -113,6 +119,8 @@ def offline_row(
         at.append(score(statistics.mean(scores) if scores else None))
     steps_run = int(float(tables[0][-1]["gradient_steps"]))
     verdict = "above" if mean > meta.behaviour_return else "NOT above"
+    normalised_behaviour = meta.normalized(meta.behaviour_return)
+    behaviour_score = "" if normalised_behaviour is None else f", {normalised_behaviour:.1f}"
     wall = statistics.mean(float(rows[-1]["time_s"]) for rows in tables)
     cells = [
         name,
@@ -122,8 +130,9 @@ def offline_row(
         f"{mean:.1f}{spread}{return_sem}",
         score(meta.normalized(mean)) + (score_sem if meta.normalized(mean) is not None else ""),
         " / ".join(at),
-        f"{meta.behaviour_return:.1f} ({verdict})",
+        f"{meta.behaviour_return:.1f}{behaviour_score} ({verdict})",
         f"{wall:.0f} s",
+        published,
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -146,19 +155,40 @@ def section(
 ) -> str:
     """The section's heading, how its rows were made and read, and its table's head; the rows
     follow it."""
-    behaviour = meta.sources[0]  # the policy and checkpoint it was written with
     at = " / ".join(f"{s // 1000}k" for s in scored_at)
     return (
         f"\n## {title}\n\n{made_by}\n"
-        f"Dataset `{dataset}`: {meta.transitions:,} transitions of a "
-        f"{behaviour['algo'].upper()} policy stopped at {behaviour['frames']:,} frames; behaviour "
-        f"return {meta.behaviour_return:.1f}, random {meta.random_return:.1f}, expert "
-        f"{meta.expert_return:.1f} (the fully trained policy, deterministic).\n"
+        f"Dataset `{dataset}`: {described(meta)}\n"
         "Final return: per seed, the mean `eval/return` of the last three evaluations "
         f"({episodes} deterministic episodes each), ± the standard deviation over seeds, and "
         "(SEM x) the evaluation episodes' standard error of that mean (from `eval/return_sem`; "
         "none for runs logged before it); normalised: "
         "`100 * (R - random) / (expert - random)`; at N steps: the newest evaluation by then, mean "
-        "over seeds (- where no run got there). Wall time: `time_s` of a run's last row, mean over "
-        "seeds.\n\n" + TABLE_HEAD.format(at=at)
+        "over seeds (- where no run got there); the behaviour return, and its normalised score. "
+        "Wall time: `time_s` of a run's last row, mean over seeds. CORL: the published score "
+        "beside it.\n\n" + TABLE_HEAD.format(at=at)
+    )
+
+
+def described(meta: Meta) -> str:
+    """What the dataset is: its size, where its behaviour came from, its returns and digest."""
+    expert = f"{meta.expert_return:.1f}" if meta.expert_return is not None else "none"
+    returns = (
+        f"behaviour return {meta.behaviour_return:.1f} over {meta.episodes:,} episodes, random "
+        f"{meta.random_return:.1f}, expert {expert}"
+    )
+    digest = f"; digest `{meta.digest[:16]}`" if meta.digest else ""
+    if meta.recipe is None:
+        behaviour = meta.sources[0]  # the policy and checkpoint it was written with
+        return (
+            f"{meta.transitions:,} transitions of a {behaviour['algo'].upper()} policy stopped at "
+            f"{behaviour['frames']:,} frames; {returns} (the fully trained policy, "
+            f"deterministic){digest}."
+        )
+    chosen = (meta.checkpoints or {}).get("behaviour", {})
+    return (
+        f"{meta.transitions:,} transitions, `{meta.recipe['kind']}` by the recipe "
+        f"`{meta.recipe['name']}` seed {meta.recipe['seed']} ({meta.recipe['preset']}, behaviour "
+        f"checkpoint at {chosen.get('frames', 0):,} frames); {returns} (the recipe's "
+        f"references){digest}."
     )
