@@ -6,7 +6,8 @@
 
 Loads the run's newest valid checkpoint (or the one at ``step``) onto the
 CPU, wherever it was trained, runs deterministic-policy episodes and prints
-the mean ± standard deviation of their returns. With the run's own seed (the
+the mean ± standard deviation of their returns (and, on MuJoCo's locomotion
+tasks, of the distance each episode moved forward). With the run's own seed (the
 default) and episode count, the episodes are those of the run's evaluations
 (:func:`harness.collect.evaluate.eval_seed`), so a checkpoint scores what the
 run logged for it. ``video=true`` also writes the first episode to
@@ -37,7 +38,8 @@ OPTIONS = ("episodes", "step", "seed", "video")
 HELP = f"""usage: {USAGE}
 
 Play deterministic-policy episodes with a run's checkpoint, on the CPU, and print the mean and
-standard deviation of their returns.
+standard deviation of their returns (on MuJoCo's locomotion tasks, also of how far each episode
+moved forward).
 
   RUN_DIR      a run directory (where config.yaml and checkpoints/ are)
   episodes=N   how many episodes (default: the run's eval.episodes)
@@ -141,8 +143,9 @@ def run(options: Options) -> list[float]:
     seed = eval_seed(run_cfg.seed if options.seed is None else options.seed, 0, episodes)
     envs = eval_envs(run_cfg, episodes, seed, options.video)
     frames: Optional[list[np.ndarray]] = [] if options.video else None
+    distances: list[float] = []
     try:
-        returns = evaluate(policy, envs, seed, values, frames)
+        returns = evaluate(policy, envs, seed, values, frames, distances)
         fps = (envs.envs[0].metadata.get("render_fps") or 30) if frames is not None else 30
     finally:
         envs.close()
@@ -152,6 +155,11 @@ def run(options: Options) -> list[float]:
         f"deterministic episodes (seed {seed})",
         flush=True,
     )
+    if distances:  # MuJoCo's locomotion: how far the episodes moved forward
+        print(
+            f"forward distance (x) {np.mean(distances):.2f} ± {np.std(distances):.2f}",
+            flush=True,
+        )
     if frames:
         path = video.write_mp4(options.run_dir / "videos" / f"evaluate-{name}.mp4", frames, fps)
         print(f"video: {path} ({len(frames)} frames)", flush=True)

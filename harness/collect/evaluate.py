@@ -92,6 +92,7 @@ def evaluate(
     seed: int,
     values: dict[str, float],
     frames: Optional[list[np.ndarray]] = None,
+    distances: Optional[list[float]] = None,
 ) -> list[float]:
     """Run one episode in each of ``envs`` (same-step autoreset) and return
     the episode returns. Bounded by the envs' time limits (Atari's: its game's
@@ -99,8 +100,15 @@ def evaluate(
     lost life is served by the env, :mod:`harness.collect.pixels`). ``frames``:
     append env 0's picture before each of its steps (one frame per step). A
     policy with memory starts each episode from a zero state and carries it
-    from step to step, as collectors do."""
-    obs, _ = envs.reset(seed=seed)
+    from step to step, as collectors do. ``distances``: where the env reports its
+    ``x_position`` (MuJoCo's locomotion tasks), append how far each episode moved
+    forward (its last ``x_position`` minus its first): a return earned standing
+    still shows as about 0."""
+    obs, info = envs.reset(seed=seed)
+    start = (
+        np.asarray(info["x_position"]) if distances is not None and "x_position" in info else None
+    )
+    moved = np.zeros(envs.num_envs)
     obs = to_tensor(obs)
     state: dict[str, torch.Tensor] = {}  # with memory: {"state": each env's}
     returns = np.zeros(envs.num_envs)
@@ -115,12 +123,17 @@ def evaluate(
         action = out["action"].numpy()
         if low_high is not None:
             action = np.clip(action, *low_high)
-        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        next_obs, reward, terminated, truncated, info = envs.step(action)
+        ended = (terminated | truncated) & ~finished
+        if start is not None and ended.any():  # their last x, from final_info
+            moved[ended] = info["final_info"]["x_position"][ended] - start[ended]
         if STATE in out:
             state = {"state": restarted(out[STATE], torch.from_numpy(terminated | truncated))}
         returns += np.where(finished, 0.0, reward)
         finished |= terminated | truncated
         obs = to_tensor(next_obs)
+    if start is not None:
+        cast("list[float]", distances).extend(moved.tolist())
     return returns.tolist()
 
 
