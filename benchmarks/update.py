@@ -17,7 +17,8 @@ the first call); ``--amp`` adds ``update/<algo>/amp``, the eager step with
 ``algo.amp=bf16``. ``--device cuda`` times on the GPU (each timing ends with a
 synchronisation). CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
 Pendulum-v1 (SAC, TD3, IQL, CQL with 10 and 4 sampled actions) and CartPole-v1
-(DQN, PPO, discrete CQL) shapes. Replay: ``extend`` of 1,000 and ``sample`` of
+(DQN, PPO, discrete CQL) shapes; ``ppo_atari``: PPO's Nature CNN on 256 Atari frames
+(``[4, 84, 84]`` uint8). Replay: ``extend`` of 1,000 and ``sample`` of
 256 HalfCheetah-sized transitions at 100k and 1M capacity (reference: a plain
 index of one field); offline: 256 from a memory-mapped 1M dataset (reference: from RAM).
 """
@@ -169,6 +170,14 @@ def cases(
         .set("return", torch.randn(256))
         .to(device)
     )
+    # PPO's Nature CNN on Atari frames (ppo_atari's minibatch: 1,024 frames a round / 4), the
+    # spec written out so that no Atari package is needed
+    breakout = EnvSpec(
+        (4, 84, 84), discrete=True, action_shape=(), num_actions=4, obs_dtype="uint8"
+    )
+    frames = ppo.to("cpu").clone()
+    frames["obs"] = torch.randint(0, 256, (256, 4, 84, 84), dtype=torch.uint8)
+    frames["action"] = torch.randint(0, 4, (256,))
     return [
         ("sac", "sac", pendulum, batch(3, box(), device), 2, {}, reference_sac),
         ("td3", "td3", pendulum, batch(3, box(), device), 2, {}, reference_td3),
@@ -194,6 +203,7 @@ def cases(
         ),
         ("cql_discrete", "cql", cartpole, batch(4, choice(), device), 1, {}, None),
         ("ppo", "ppo", cartpole, ppo, 1, {}, None),
+        ("ppo_atari", "ppo", breakout, frames.to(device), 1, {}, None),
     ]
 
 
