@@ -14,8 +14,9 @@ too) as raw ``torch.mm`` calls of the same shapes, the floor this machine
 allows. SAC and TD3 time pairs of steps (their actor updates every second one),
 reported per step. ``--compile`` adds ``update/<algo>/compiled`` (``compile_s``:
 the first call); ``--amp`` adds ``update/<algo>/amp``, the eager step with
-``algo.amp=bf16``. ``--device cuda`` times on the GPU (each timing ends with a
-synchronisation). CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
+``algo.amp=bf16`` (with ``--compile`` as well: ``update/<algo>/compiled_amp``, both).
+``--device cuda`` times on the GPU (each timing ends with a synchronisation).
+CleanRL's (CORL's) sizes, batch 256 (PPO: one minibatch step),
 Pendulum-v1 (SAC, TD3, IQL, CQL with 10 and 4 sampled actions) and CartPole-v1
 (DQN, PPO, discrete CQL) shapes; ``ppo_atari``: PPO's Nature CNN on 256 Atari frames
 (``[4, 84, 84]`` uint8). Replay: ``extend`` of 1,000 and ``sample`` of
@@ -238,13 +239,16 @@ def update_rows(
             fns["compiled"]()
             sync()
             compile_s = time.perf_counter() - start
+        if compiled and amp:  # both, as a preset with compile and algo.amp=bf16 steps
+            fns["compiled_amp"] = learner(name, spec, data, steps, device, True, True, **fields)[0]
+            fns["compiled_amp"]()
         seconds = timed(fns, repeats, sync)
         # where the timed update's tensors are (it raises, naming any elsewhere)
         found = check_devices(algo)
         for kind in fns:
             row = {
                 "case": f"update/{case}/{kind}"
-                if kind in ("compiled", "amp")
+                if kind in ("compiled", "amp", "compiled_amp")
                 else f"{kind}/{case}",
                 "ms": 1000 * seconds[kind] / steps,
                 "device": device,
