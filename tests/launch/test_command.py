@@ -92,10 +92,6 @@ def test_train_nproc_1_is_one_process_that_trains_and_collects(workdir):
         (["results", "sota", "--only", "nosuch"], "error: argument --only: invalid choice"),
         (["results", "offline", "algo.lr=1"], "error: algo.lr=1 changes the presets: name"),
         (["results", "offline", "--recipe", "nope"], "error: --recipe nope: no conf/recipe/nope"),
-        (
-            ["results", "offline", "--recipe", "halfcheetah_medium", "--algos", "iql"],
-            "error: --algos iql: there is no preset iql_halfcheetah for this recipe",
-        ),
         (["gpu-check", "--dryrun"], "error: unrecognized arguments: --dryrun"),
     ],
 )

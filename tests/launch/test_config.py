@@ -80,11 +80,10 @@ def test_every_config_in_a_group_composes(group, tmp_path):
         if name in ("iql", "cql", "bc") or raw.get(
             "dataset"
         ):  # offline: compose with a dataset for its env
-            env = "Hopper-v5" if "hopper" in name else "Pendulum-v1"
-            overrides += [
-                "env=" + ("hopper" if "hopper" in name else "pendulum"),
-                f"dataset={tiny_dataset(tmp_path / name, env)}",
-            ]
+            ids = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5"}
+            env = next((e for e in ids if e in name), "pendulum")
+            env_id = ids.get(env, "Pendulum-v1")
+            overrides += [f"env={env}", f"dataset={tiny_dataset(tmp_path / name, env_id)}"]
         cfg = compose_config(*overrides)
         assert isinstance(cfg, Config)
 
