@@ -262,7 +262,9 @@ def write_section(
         print(lines[-1], flush=True)
     command = f"harness results offline --recipe {args.recipe} --dataset-seed {args.dataset_seed}"
     made_by = (
-        f"Made by `{command}` on {time.strftime('%Y-%m-%d')} (1 trainer + {args.nproc - 1} "
+        f"Made by `{command}` with each row's `--algos`, `--seeds` and `--gradient-steps` (a "
+        "labelled row: `--label NAME` and its overrides, docs/offline.md) on "
+        f"{time.strftime('%Y-%m-%d')} (1 trainer + {args.nproc - 1} "
         "evaluating collector(s) through torchrun, 2-core no-GPU machine). CORL: its last score "
         f"on D4RL's {d4rl}-v2 (tinkoff-ai/CORL's README at commit 022e449), another dataset of "
         "the same recipe."
