@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from harness.algos import algorithm_for
 from harness.algos.iql import IQL, IQLConfig
 from harness.collect.envs import env_spec, episode_cutoff
 from harness.core import checkpoint
@@ -63,8 +62,7 @@ def main() -> None:
     print(f"rewards times {scale:.4g}; {len(pick)} transitions of {n:,}")
     for path in sorted(checkpoint.checkpoint_dir(args.run_dir).glob("step-*")):
         state, _ = checkpoint.read(path)
-        algo = algorithm_for("iql", spec)(IQLConfig(compile=False, **fields), spec, 10**6)
-        assert isinstance(algo, IQL)
+        algo = IQL(IQLConfig(compile=False, **fields), spec, 10**6)
         algo.load_state_dict(state["algo"])
         batch = algo.normalized_batch(data[pick].to_tensordict())
         with torch.no_grad():
