@@ -103,6 +103,23 @@ def test_a_mistake_is_one_line_and_exit_status_2(workdir, args, message):
 
 
 @pytest.mark.e2e
+def test_results_offline_refuses_run_directories_of_earlier_runs_and_writes_nothing(workdir):
+    earlier = workdir / "runs" / "offline" / "bc_pendulum_medium-data0-seed1"
+    earlier.mkdir(parents=True)
+    log = earlier.parent / f"{earlier.name}.log"
+    log.write_text("the earlier run's log")
+    out = harness(["results", "offline", "--root", str(workdir), "--algos", "bc"], workdir)
+    said = (out.stdout + out.stderr).strip().splitlines()
+    assert out.returncode == 2, said
+    assert said == [
+        f"error: {earlier} is an earlier run's (2 such paths): name these runs with --label NAME, "
+        "table the earlier ones with --summarize, or move them away"
+    ]
+    assert log.read_text() == "the earlier run's log"
+    assert not (workdir / "datasets").exists()  # refused before the dataset was made
+
+
+@pytest.mark.e2e
 def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(workdir):
     job = subprocess.Popen(
         [HARNESS, "train", "--nproc", "1", "debug=tiny", "trainer.threads=1", "run_dir=run"],

@@ -200,10 +200,6 @@ def run_check(args: argparse.Namespace, overrides: list[str]) -> int:
     for algo in args.algos:
         if not (ROOT / "conf" / "experiment" / f"{algo}_{env}.yaml").exists():
             raise UsageError(f"--algos {algo}: there is no preset {algo}_{env} for this recipe")
-    data = make_dataset(args.recipe, args.dataset_seed, root)
-    if not args.algos:
-        return 0
-    _, meta = dataset.load(data)
     suffix = f"-data{args.dataset_seed}" + (f"-{args.label}" if args.label else "")
     run_dirs = {
         algo: [
@@ -212,10 +208,32 @@ def run_check(args: argparse.Namespace, overrides: list[str]) -> int:
         for algo in args.algos
     }
     if not args.summarize:
+        refuse_earlier_runs([d for dirs in run_dirs.values() for d in dirs])
+    data = make_dataset(args.recipe, args.dataset_seed, root)
+    if not args.algos:
+        return 0
+    _, meta = dataset.load(data)
+    if not args.summarize:
         (root / "runs" / "offline").mkdir(parents=True, exist_ok=True)  # the runs' logs go there
         train_all(launches(args, env, run_dirs, data, overrides), args.nproc, args.jobs)
     write_section(args, run_dirs, data, meta)
     return 0
+
+
+def refuse_earlier_runs(run_dirs: list[Path]) -> None:
+    """Refuse, before anything runs, a launch into run directories that hold earlier runs: the
+    run itself would refuse them, but only after its log (``<run dir>.log``) was written over."""
+    earlier = [
+        path
+        for run_dir in run_dirs
+        for path in (run_dir, run_dir.parent / f"{run_dir.name}.log")
+        if path.exists()
+    ]
+    if earlier:
+        raise UsageError(
+            f"{earlier[0]} is an earlier run's ({len(earlier)} such paths): name these runs with "
+            "--label NAME, table the earlier ones with --summarize, or move them away"
+        )
 
 
 def launches(
