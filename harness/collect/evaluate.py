@@ -163,12 +163,22 @@ class Evaluation:
         frames: Optional[list[np.ndarray]] = (
             [] if self.videos is not None and self.videos.due() else None
         )
-        returns = evaluate(self.policy, self.envs, self.seed, dict(header.values), frames)
+        distances: list[float] = []
+        returns = evaluate(
+            self.policy, self.envs, self.seed, dict(header.values), frames, distances
+        )
         if self.videos is not None and frames:
             fps = self.envs.envs[0].metadata.get("render_fps") or 30
             self.videos.save(frames, fps, f"{header.frames:012d}-v{header.version:06d}")
         squares = math.fsum(r * r for r in returns)
-        return EvalResult(header.version, float(len(returns)), math.fsum(returns), squares)
+        return EvalResult(
+            header.version,
+            float(len(returns)),
+            math.fsum(returns),
+            squares,
+            float(len(distances)),
+            math.fsum(distances),
+        )
 
     def close(self) -> None:
         self.envs.close()
@@ -195,9 +205,7 @@ class PeriodicEvaluation:
     def stamp(self, batch: TensorDict) -> None:
         """Puts the result not yet sent on ``batch``."""
         if self.result is not None:
-            batch["stats", "eval_episodes"].fill_(self.result.episodes)
-            batch["stats", "eval_return_sum"].fill_(self.result.return_sum)
-            batch["stats", "eval_return_sq_sum"].fill_(self.result.return_sq_sum)
+            self.result.stamp(batch["stats"])
             self.result = None
 
     def maybe_run(self, batch: TensorDict, header: Header) -> None:

@@ -44,6 +44,8 @@ STATS = (
     "eval_episodes",
     "eval_return_sum",
     "eval_return_sq_sum",
+    "eval_distance_episodes",
+    "eval_distance_sum",
     "env_restarts",
     "preempt",
     "last",

@@ -37,6 +37,8 @@ class RolloutStats:
     eval_episodes: float = 0.0
     eval_return_sum: float = 0.0
     eval_return_sq_sum: float = 0.0  # their squared returns, for eval/return_sem
+    eval_distance_episodes: float = 0.0  # those whose env reports x_position (MuJoCo locomotion)
+    eval_distance_sum: float = 0.0  # how far those moved forward, summed
     batches_dropped: float = 0.0  # async mode: batches older than collector.max_policy_lag
     frames_dropped: float = 0.0  # their frames
     # envs that raised and were made again (their broken episode is not counted)
@@ -62,9 +64,12 @@ class RolloutStats:
         self.episodes += float(stats["episodes"])
         self.return_sum += float(stats["return_sum"])
         self.length_sum += float(stats["length_sum"])
-        self.eval_episodes += float(stats["eval_episodes"])
-        self.eval_return_sum += float(stats["eval_return_sum"])
-        self.eval_return_sq_sum += float(stats["eval_return_sq_sum"])
+        result = EvalResult.read(-1, stats)
+        self.eval_episodes += result.episodes
+        self.eval_return_sum += result.return_sum
+        self.eval_return_sq_sum += result.return_sq_sum
+        self.eval_distance_episodes += result.distance_episodes
+        self.eval_distance_sum += result.distance_sum
         self.add_faults(batch)
         self.collect_s += float(stats["collect_s"])
         self.collector_wait_s += float(stats["wait_s"])
@@ -129,16 +134,36 @@ class RolloutStats:
             row["eval/return_sem"] = standard_error(
                 self.eval_episodes, self.eval_return_sum, self.eval_return_sq_sum
             )
+        if self.eval_distance_episodes:
+            row["eval/distance"] = self.eval_distance_sum / self.eval_distance_episodes
         return row
 
 
 class EvalResult(NamedTuple):
-    """One evaluation of one weights version."""
+    """One evaluation of one weights version. It travels as a batch's ``stats``
+    entries named ``eval_`` and its field's name (``eval_return_sum``, ...)."""
 
     version: int
     episodes: float
     return_sum: float
     return_sq_sum: float  # the sum of the squared episode returns
+    # Where the env reports x_position (MuJoCo's locomotion): how far its episodes moved forward,
+    # so that a return earned standing still (Hopper's alive bonus) shows in the run's own metrics.
+    distance_episodes: float = 0.0
+    distance_sum: float = 0.0
+
+    def stamp(self, stats: TensorDict) -> None:
+        """Writes this result into a batch's ``stats``."""
+        for name in EVAL_FIELDS:
+            stats[f"eval_{name}"].fill_(getattr(self, name))
+
+    @classmethod
+    def read(cls, version: int, stats: TensorDict) -> EvalResult:
+        """The result a batch's ``stats`` carry (all zero where none rode on it)."""
+        return cls(version, *(float(stats[f"eval_{name}"]) for name in EVAL_FIELDS))
+
+
+EVAL_FIELDS = EvalResult._fields[1:]  # what travels; the version travels as the batch's own
 
 
 @dataclass
@@ -148,6 +173,8 @@ class EvalStats:
     episodes: float = 0.0
     return_sum: float = 0.0
     return_sq_sum: float = 0.0
+    distance_episodes: float = 0.0
+    distance_sum: float = 0.0
     version: int = -1  # the newest version evaluated
 
     def add(self, results: list[EvalResult]) -> None:
@@ -155,6 +182,8 @@ class EvalStats:
             self.episodes += result.episodes
             self.return_sum += result.return_sum
             self.return_sq_sum += result.return_sq_sum
+            self.distance_episodes += result.distance_episodes
+            self.distance_sum += result.distance_sum
             self.version = max(self.version, result.version)
 
     def row(self, normalize: Callable[[float], Optional[float]] | None = None) -> dict[str, float]:
@@ -169,6 +198,8 @@ class EvalStats:
             "eval/episodes": self.episodes,
             "eval/version": self.version,
         }
+        if self.distance_episodes:
+            row["eval/distance"] = self.distance_sum / self.distance_episodes
         score = normalize(ret) if normalize is not None else None
         if normalize is not None and score is not None:
             row["eval/normalized_score"] = score

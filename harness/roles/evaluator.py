@@ -87,9 +87,7 @@ def run_evaluator(cfg: Config, layout: Layout, groups: Groups) -> None:
         header = subscriber.wait(min_version=0)
         while not header.stop:
             result = evaluation(header)
-            message["stats", "eval_episodes"].fill_(result.episodes)
-            message["stats", "eval_return_sum"].fill_(result.return_sum)
-            message["stats", "eval_return_sq_sum"].fill_(result.return_sq_sum)
+            result.stamp(message["stats"])
             message["stats", "preempt"].fill_(signals.requested())
             message["version"].fill_(header.version)
             message["rank"].fill_(layout.rank)

@@ -146,14 +146,7 @@ class RemoteEvaluations:
                 with self.cond:
                     if not float(message["stats", "last"]):
                         stats, version = message["stats"], int(message["version"])
-                        self.results.append(
-                            EvalResult(
-                                version,
-                                float(stats["eval_episodes"]),
-                                float(stats["eval_return_sum"]),
-                                float(stats["eval_return_sq_sum"]),
-                            )
-                        )
+                        self.results.append(EvalResult.read(version, stats))
                         self.newest[int(message["rank"])] = version
                     self.cond.notify_all()
         except BaseException as e:  # handed to the trainer's thread

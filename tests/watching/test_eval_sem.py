@@ -51,6 +51,8 @@ def test_an_evaluations_squared_returns_are_those_of_its_episodes():
         4.0,
         pytest.approx(sum(returns)),
         pytest.approx(sum(r * r for r in returns)),
+        0.0,  # CartPole reports no x_position: no distance
+        0.0,
     )
 
 

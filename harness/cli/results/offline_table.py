@@ -75,6 +75,25 @@ def final_sem(rows: list[dict]) -> float | None:
     return math.sqrt(sum(s * s for s in sems)) / len(sems)
 
 
+def final_distance(rows: list[dict]) -> float | None:
+    """How far the episodes of a run's last three evaluations moved forward, their mean
+    (``eval/distance``: MuJoCo's locomotion); None where one of them has none."""
+    evaluated = [r for r in rows if r.get("eval/return") not in (None, "", "nan")][-3:]
+    distances = [float(r.get("eval/distance") or "nan") for r in evaluated]
+    if not distances or any(math.isnan(d) for d in distances):
+        return None
+    return statistics.mean(distances)
+
+
+def distance_cell(tables: list[list[dict]]) -> str:
+    """``, forward x`` after the final return: the mean over seeds of :func:`final_distance`, so
+    that a return earned standing still shows in the row; empty where a run has none."""
+    distances = [final_distance(rows) for rows in tables]
+    if any(d is None for d in distances):
+        return ""
+    return f", forward {statistics.mean(d for d in distances if d is not None):.1f}"
+
+
 def normalised_at(
     rows: list[dict], steps: int, normalized: Callable[[float], float | None]
 ) -> float:
@@ -127,7 +146,7 @@ def offline_row(
         dataset_name,
         f"{steps_run:,}",
         str(len(finals)),
-        f"{mean:.1f}{spread}{return_sem}",
+        f"{mean:.1f}{spread}{return_sem}{distance_cell(tables)}",
         score(meta.normalized(mean)) + (score_sem if meta.normalized(mean) is not None else ""),
         " / ".join(at),
         f"{meta.behaviour_return:.1f}{behaviour_score} ({verdict})",
@@ -162,7 +181,9 @@ def section(
         "Final return: per seed, the mean `eval/return` of the last three evaluations "
         f"({episodes} deterministic episodes each), ± the standard deviation over seeds, and "
         "(SEM x) the evaluation episodes' standard error of that mean (from `eval/return_sem`; "
-        "none for runs logged before it); normalised: "
+        "none for runs logged before it), and where logged how far those episodes moved forward "
+        "(`eval/distance`, mean over seeds: a return earned standing still shows as about 0); "
+        "normalised: "
         "`100 * (R - random) / (expert - random)`; at N steps: the newest evaluation by then, mean "
         "over seeds (- where no run got there); the behaviour return, and its normalised score. "
         "Wall time: `time_s` of a run's last row, mean over seeds. CORL: the published score "
